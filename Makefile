@@ -1,0 +1,27 @@
+# Two commands for a fresh machine: `make demo` trains the default task on CPU,
+# `make test` runs the test suite. Both create .venv and install what they need.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint clean-venv
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m attnlab.main --config=configs/reverse.py --workdir=runs/demo
+
+test: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m pytest -q -x --durations=15
+
+lint: $(STAMP)
+	$(PY) -m ruff check . && $(PY) -m ruff format --check .
+
+clean-venv:
+	rm -rf $(VENV)

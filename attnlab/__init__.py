@@ -1,0 +1,3 @@
+"""attnlab: attention in sequence-to-sequence models, in JAX/Flax."""
+
+__version__ = '0.1.0'

@@ -1,0 +1,99 @@
+"""Every default of attnlab, documented in one place.
+
+Task files (`configs/<task>.py`) start from `get_config()` here and change what differs.
+Every group maps one-to-one onto a frozen dataclass in `attnlab/config.py`, so a misspelled
+key or an invalid choice fails before anything is compiled.
+
+Batch semantics: `data.global_batch_size` is the number of examples in one optimiser step,
+summed over all processes and devices. Each process loads global / process_count examples and
+each device gets global / device_count, so 1 device, N devices and M processes x N devices
+train identically for the same global batch (it must be divisible by the device count).
+"""
+
+import ml_collections
+
+
+def get_config() -> ml_collections.ConfigDict:
+  c = ml_collections.ConfigDict()
+  c.seed = 0  # seeds parameter init, dropout and the data order
+
+  # What to learn. Synthetic tasks generate example i from (seed, split, i).
+  c.task = ml_collections.ConfigDict()
+  c.task.name = 'reverse'  # copy | reverse | sort | addition
+  c.task.vocab_size = 20  # synthetic tasks: number of distinct symbols
+  c.task.train_lengths = (5, 20)  # synthetic: inclusive (min, max) source length, train split
+  c.task.eval_lengths = (5, 20)  # synthetic: (min, max) for eval/test (length generalisation)
+  c.task.num_train_examples = 100_000  # synthetic: size of the train split
+  c.task.num_eval_examples = 500  # synthetic: size of the eval and test splits
+  c.task.data_dir = ''  # TFDS data dir for real datasets ('' = TFDS default)
+
+  # How examples become batches.
+  c.data = ml_collections.ConfigDict()
+  c.data.global_batch_size = 64  # examples per optimiser step, over all devices and hosts
+  c.data.max_source_length = 32  # tokens incl. EOS; longer training pairs are dropped (counted)
+  c.data.max_target_length = 32  # tokens incl. EOS
+  c.data.bucket_size = 8  # pad lengths up to a multiple of this: few static shapes to compile
+  c.data.shuffle_buffer_epochs = True  # reshuffle the train split each epoch
+  c.data.prefetch = 2  # batches prepared ahead by the host
+
+  # The model. `kind` picks the family; the other groups are read by that family only.
+  c.model = ml_collections.ConfigDict()
+  c.model.kind = 'rnn'  # rnn | transformer
+  c.model.embed_dim = 64  # token embedding size
+  c.model.hidden_size = 128  # H: decoder state and (concatenated) encoder output size
+  c.model.encoder_layers = 1
+  c.model.decoder_layers = 1
+  c.model.dropout = 0.1  # on embeddings and between layers
+  c.model.dtype = 'float32'  # float32 | bfloat16 (compute dtype; params and softmax stay fp32)
+  c.model.cell = 'lstm'  # rnn: lstm | gru
+  c.model.bidirectional = True  # rnn encoder: each direction gets H/2 units
+  c.model.bridge = 'dense'  # rnn: dense | copy | zero (encoder final state -> decoder init)
+
+  c.model.attention = ml_collections.ConfigDict()
+  c.model.attention.score = 'general'  # dot | scaled_dot | general | concat | location
+  c.model.attention.timing = 'luong'  # bahdanau (query s_{t-1}) | luong (query s_t) | none
+  c.model.attention.input_feeding = True  # luong: feed h~_{t-1} into the RNN input
+  c.model.attention.window = 'global'  # global | local_m | local_p (Luong 2015 local attention)
+  c.model.attention.window_radius = 10  # D: local windows cover [p_t - D, p_t + D]
+  c.model.attention.num_heads = 1  # > 1: multi-head scaled-dot cross attention in the decoder
+  c.model.attention.max_source_length = 0  # location score: scores per source slot (0 = unset)
+
+  c.model.transformer = ml_collections.ConfigDict()
+  c.model.transformer.num_heads = 4
+  c.model.transformer.mlp_dim = 512  # feed-forward inner size
+  c.model.transformer.norm = 'pre'  # pre | post layer norm
+  c.model.transformer.max_length = 512  # longest sequence the sinusoidal positions cover
+
+  c.optim = ml_collections.ConfigDict()
+  c.optim.name = 'adam'  # adam | adamw
+  c.optim.learning_rate = 3e-3  # peak learning rate
+  c.optim.warmup_steps = 100  # linear warmup from 0
+  c.optim.schedule = 'cosine'  # constant | cosine | linear | rsqrt (decay after warmup)
+  c.optim.end_lr_fraction = 0.05  # cosine/linear: final lr as a fraction of the peak
+  c.optim.weight_decay = 0.0  # adamw only
+  c.optim.b1 = 0.9
+  c.optim.b2 = 0.98
+  c.optim.eps = 1e-9
+  c.optim.clip_norm = 1.0  # global-norm gradient clipping (0 = off)
+
+  c.train = ml_collections.ConfigDict()
+  c.train.num_steps = 2000  # optimiser steps
+  c.train.label_smoothing = 0.0
+  c.train.log_every = 50  # steps between training metric lines
+  c.train.eval_every = 500  # steps between evaluations (and heatmaps); the last step always
+  c.train.checkpoint_every = 500  # steps between checkpoints; the last step always
+  c.train.keep_checkpoints = 3
+
+  c.eval = ml_collections.ConfigDict()
+  c.eval.search = 'greedy'  # greedy | beam
+  c.eval.beam_size = 5
+  c.eval.length_penalty = 0.6  # beam: GNMT alpha, score / ((5 + len) / 6) ** alpha
+  c.eval.max_decode_length = 0  # 0 = data.max_target_length
+  c.eval.max_examples = 0  # examples decoded per eval (0 = the whole split)
+  c.eval.num_heatmaps = 4  # attention heatmaps of fixed eval examples, per eval
+  c.eval.num_samples = 16  # decoded examples written to samples/, per eval
+  c.eval.splits = ('eval',)  # splits evaluated during training; 'test' is added at the end
+
+  c.parallel = ml_collections.ConfigDict()
+  c.parallel.mode = 'pmap'  # pmap | shard_map (jit over a device Mesh)
+  return c
