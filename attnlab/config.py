@@ -83,6 +83,15 @@ class AttentionConfig:
     if self.score == 'location' and self.max_source_length <= 0:
       raise ConfigError(f'{prefix}.score=location needs {prefix}.max_source_length > 0 (one '
                         'score per source position, Luong 2015)')
+    if self.input_feeding and self.timing != 'luong':
+      raise ConfigError(f'{prefix}.input_feeding=True feeds h~_(t-1) into a Luong decoder; with '
+                        f'{prefix}.timing={self.timing!r} set {prefix}.input_feeding=False')
+    if self.timing == 'none' and (self.window != 'global' or self.num_heads > 1):
+      raise ConfigError(f'{prefix}.timing=none has no attention; leave {prefix}.window=global '
+                        f'and {prefix}.num_heads=1')
+    if self.num_heads > 1 and self.window != 'global':
+      raise ConfigError(f'{prefix}.num_heads={self.num_heads} supports {prefix}.window=global '
+                        f'only (got {self.window!r})')
     if self.num_heads > 1 and self.score not in ('scaled_dot',):
       raise ConfigError(f'{prefix}.num_heads={self.num_heads} uses multi-head scaled-dot '
                         f'attention; set {prefix}.score=scaled_dot (got {self.score!r})')
