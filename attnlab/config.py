@@ -36,20 +36,22 @@ def from_group(cls, group: Mapping[str, Any], prefix: str):
   """Builds dataclass `cls` from a config group; unknown or missing keys name the dotted key."""
   values = dict(group.items()) if hasattr(group, 'items') else dict(group)
   fields = {f.name: f for f in dataclasses.fields(cls)}
+  join = lambda name: f'{prefix}.{name}' if prefix else name
   unknown = sorted(set(values) - set(fields))
   if unknown:
-    raise ConfigError(f'unknown config key {prefix}.{unknown[0]}; {prefix} has '
+    where = f'{prefix} has' if prefix else 'top-level keys are'
+    raise ConfigError(f'unknown config key {join(unknown[0])}; {where} '
                       f'{", ".join(sorted(fields))}')
   kwargs = {}
   for name, field in fields.items():
     if name not in values:
       if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
-        raise ConfigError(f'missing config key {prefix}.{name}')
+        raise ConfigError(f'missing config key {join(name)}')
       continue
     value = values[name]
     nested = getattr(cls, '_nested', {}).get(name)
     if nested is not None:
-      value = from_group(nested, value, f'{prefix}.{name}')
+      value = from_group(nested, value, join(name))
     elif isinstance(value, list):
       value = tuple(value)
     kwargs[name] = value
@@ -155,5 +157,139 @@ class ModelConfig:
                           f'{prefix}.hidden_size={self.hidden_size}')
 
 
-def parse_model(config: ml_collections.ConfigDict) -> ModelConfig:
-  return from_group(ModelConfig, config.model, 'model')
+@dataclasses.dataclass(frozen=True)
+class TaskConfig:
+  name: str = 'reverse'
+  vocab_size: int = 20
+  train_lengths: tuple = (5, 20)
+  eval_lengths: tuple = (5, 20)
+  num_train_examples: int = 100_000
+  num_eval_examples: int = 500
+  data_dir: str = ''
+
+  def validate(self, prefix: str = 'task') -> None:
+    for key in ('train_lengths', 'eval_lengths'):
+      lo_hi = getattr(self, key)
+      if len(lo_hi) != 2 or not 0 < lo_hi[0] <= lo_hi[1]:
+        raise ConfigError(f'{prefix}.{key}={lo_hi!r} must be (min, max) with 0 < min <= max')
+    _check_positive(f'{prefix}.num_train_examples', self.num_train_examples)
+    _check_positive(f'{prefix}.num_eval_examples', self.num_eval_examples)
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+  global_batch_size: int = 64
+  max_source_length: int = 32
+  max_target_length: int = 32
+  bucket_size: int = 8
+  shuffle_buffer_epochs: bool = True
+  prefetch: int = 2
+
+  def validate(self, prefix: str = 'data') -> None:
+    for key in ('global_batch_size', 'max_source_length', 'max_target_length', 'bucket_size'):
+      _check_positive(f'{prefix}.{key}', getattr(self, key))
+    _check_positive(f'{prefix}.prefetch', self.prefetch, allow_zero=True)
+
+
+OPTIMIZERS = ('adam', 'adamw')
+SCHEDULES = ('constant', 'cosine', 'linear', 'rsqrt')
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimConfig:
+  name: str = 'adam'
+  learning_rate: float = 3e-3
+  warmup_steps: int = 100
+  schedule: str = 'cosine'
+  end_lr_fraction: float = 0.05
+  weight_decay: float = 0.0
+  b1: float = 0.9
+  b2: float = 0.98
+  eps: float = 1e-9
+  clip_norm: float = 1.0
+
+  def validate(self, prefix: str = 'optim') -> None:
+    check_choice(f'{prefix}.name', self.name, OPTIMIZERS)
+    check_choice(f'{prefix}.schedule', self.schedule, SCHEDULES)
+    _check_positive(f'{prefix}.warmup_steps', self.warmup_steps, allow_zero=True)
+    if not self.learning_rate > 0:
+      raise ConfigError(f'{prefix}.learning_rate={self.learning_rate!r} must be > 0')
+    if self.weight_decay and self.name != 'adamw':
+      raise ConfigError(f'{prefix}.weight_decay={self.weight_decay} needs {prefix}.name=adamw')
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+  num_steps: int = 2000
+  label_smoothing: float = 0.0
+  log_every: int = 50
+  eval_every: int = 500
+  checkpoint_every: int = 500
+  keep_checkpoints: int = 3
+
+  def validate(self, prefix: str = 'train') -> None:
+    for key in ('num_steps', 'log_every', 'eval_every', 'checkpoint_every', 'keep_checkpoints'):
+      _check_positive(f'{prefix}.{key}', getattr(self, key))
+    if not 0.0 <= self.label_smoothing < 1.0:
+      raise ConfigError(f'{prefix}.label_smoothing={self.label_smoothing!r} must be in [0, 1)')
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalConfig:
+  search: str = 'greedy'
+  beam_size: int = 5
+  length_penalty: float = 0.6
+  max_decode_length: int = 0
+  max_examples: int = 0
+  num_heatmaps: int = 4
+  num_samples: int = 16
+  splits: tuple = ('eval',)
+
+  def validate(self, prefix: str = 'eval') -> None:
+    check_choice(f'{prefix}.search', self.search, ('greedy', 'beam'))
+    _check_positive(f'{prefix}.beam_size', self.beam_size)
+    for key in ('max_decode_length', 'max_examples', 'num_heatmaps', 'num_samples'):
+      _check_positive(f'{prefix}.{key}', getattr(self, key), allow_zero=True)
+    for split in self.splits:
+      check_choice(f'{prefix}.splits', split, ('eval', 'test'))
+
+
+@dataclasses.dataclass(frozen=True)
+class ParallelConfig:
+  mode: str = 'pmap'
+
+  def validate(self, prefix: str = 'parallel') -> None:
+    check_choice(f'{prefix}.mode', self.mode, ('pmap', 'shard_map'))
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+  """The whole validated config; `parse` builds it from the ConfigDict."""
+
+  seed: int = 0
+  task: TaskConfig = dataclasses.field(default_factory=TaskConfig)
+  data: DataConfig = dataclasses.field(default_factory=DataConfig)
+  model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
+  optim: OptimConfig = dataclasses.field(default_factory=OptimConfig)
+  train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
+  eval: EvalConfig = dataclasses.field(default_factory=EvalConfig)
+  parallel: ParallelConfig = dataclasses.field(default_factory=ParallelConfig)
+
+  _nested = {'task': TaskConfig, 'data': DataConfig, 'model': ModelConfig,
+             'optim': OptimConfig, 'train': TrainConfig, 'eval': EvalConfig,
+             'parallel': ParallelConfig}
+
+  def validate(self, prefix: str = '') -> None:
+    del prefix  # cross-group checks name their keys in full
+    if self.model.attention.score == 'location':
+      need = self.data.max_source_length
+      if self.model.attention.max_source_length < need:
+        raise ConfigError(
+            f'model.attention.max_source_length={self.model.attention.max_source_length} is '
+            f'shorter than data.max_source_length={need}; the location score needs one slot '
+            'per source position')
+
+
+def parse(config: ml_collections.ConfigDict) -> RunConfig:
+  """Validates the whole config; raises ConfigError naming the first bad key."""
+  return from_group(RunConfig, config, '')

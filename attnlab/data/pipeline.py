@@ -1,0 +1,313 @@
+"""Input pipelines: source -> tokenize -> length filter -> global batch -> process share -> pad.
+
+Training (`TrainBatches`) is a grain `MapDataset` indexed by the global step k, so batch k is a
+pure function of (source, seed, k):
+
+  1. A pre-pass tokenizes every training example once and records its source/target lengths
+     (EOS included). Pairs longer than `max_source_length` / `max_target_length` are dropped
+     here, counted in `num_filtered` and logged; dropping them before shuffling keeps the
+     order deterministic.
+  2. The kept indices are shuffled by grain (a fresh permutation per epoch, seeded by `seed`)
+     and repeated forever; consecutive runs of `global_batch_size` form global batch k, so
+     batches run across epoch boundaries without a remainder.
+  3. Process p of P tokenizes only rows [p*b, (p+1)*b) of global batch k (b = global / P).
+     Both lengths are padded to the longest pair of the *global* batch (read from the length
+     table), rounded up to a multiple of `bucket_size` and capped at the max lengths: every
+     process emits the same shapes, there are only a few shapes to compile, and the P shares
+     of step k concatenate to exactly the batch a single process builds.
+
+The checkpointable position is `{'step': k}`; `set_state` (or `start_step`) resumes so that the
+next batches equal those of an uninterrupted iterator. Batches are numpy int32:
+`{'source': [b, S], 'target': [b, T]}` with target = tokens + EOS and PAD_ID padding; the
+decoder input [BOS] + target[:-1] is built in the train step.
+
+Evaluation (`eval_batches`, `eval_batches_from_source`) walks a split in index order in
+fixed-size batches and never drops an example: lengths are padded to the batch's real longest
+pair rounded up to the bucket, with no cap, because eval lengths may exceed train lengths in
+length-generalisation tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import grain
+import numpy as np
+from absl import logging
+
+from attnlab.data.tasks import Source, Task
+from attnlab.data.vocab import Vocab
+from attnlab.models import PAD_ID
+
+# A ConfigDict or its parsed, validated view `attnlab.config.RunConfig`: read by attribute.
+Config = Any
+
+
+def padded_length(length: int, bucket_size: int, cap: int = 0) -> int:
+  """`length` rounded up to a multiple of `bucket_size`, at most `cap` (0 = no cap)."""
+  rounded = -(-int(length) // bucket_size) * bucket_size
+  return min(rounded, cap) if cap else rounded
+
+
+def pad_rows(seqs: Sequence[Sequence[int]], num_rows: int, length: int) -> np.ndarray:
+  """int32 [num_rows, length] holding `seqs` left-aligned, PAD_ID elsewhere."""
+  out = np.full((num_rows, length), PAD_ID, np.int32)
+  for row, ids in enumerate(seqs):
+    out[row, : len(ids)] = ids
+  return out
+
+
+def token_lengths(
+  source: Source, source_vocab: Vocab, target_vocab: Vocab
+) -> tuple[np.ndarray, np.ndarray]:
+  """Source and target token counts (EOS included) of every example: int32 [n] each."""
+  n = len(source)
+  src_len, tgt_len = np.empty(n, np.int32), np.empty(n, np.int32)
+  for i in range(n):
+    example = source[i]
+    src_len[i] = len(source_vocab.encode(example['source']))
+    tgt_len[i] = len(target_vocab.encode(example['target']))
+  return src_len, tgt_len
+
+
+def _share(global_batch_size: int, process_index: int, process_count: int) -> int:
+  if process_count < 1 or not 0 <= process_index < process_count:
+    raise ValueError(f'process_index={process_index} must be in [0, process_count={process_count})')
+  if global_batch_size < 1 or global_batch_size % process_count:
+    raise ValueError(
+      f'global batch size {global_batch_size} must be a positive multiple of the process '
+      f'count {process_count}'
+    )
+  return global_batch_size // process_count
+
+
+class TrainBatches:
+  """Endless iterator over this process's share of each global training batch.
+
+  Args:
+    source: the training split (random access, deterministic).
+    source_vocab, target_vocab: tokenizers of sources and targets.
+    global_batch_size: examples per step summed over all processes.
+    max_source_length, max_target_length: longest kept pair, in tokens incl. EOS.
+    bucket_size: lengths are padded to multiples of this (capped at the max lengths).
+    seed: shuffle seed (0 <= seed < 2**32).
+    reshuffle_each_epoch: a new permutation every epoch (False: the first one repeats).
+    process_index, process_count: which share of each global batch this process builds.
+    prefetch: batches prepared ahead by a background thread (0 = synchronous).
+    start_step: global step of the first batch (resume without `set_state`).
+  """
+
+  def __init__(
+    self,
+    source: Source,
+    source_vocab: Vocab,
+    target_vocab: Vocab,
+    *,
+    global_batch_size: int,
+    max_source_length: int,
+    max_target_length: int,
+    bucket_size: int,
+    seed: int,
+    reshuffle_each_epoch: bool = True,
+    process_index: int = 0,
+    process_count: int = 1,
+    prefetch: int = 2,
+    start_step: int = 0,
+  ):
+    self.local_batch_size = _share(global_batch_size, process_index, process_count)
+    if min(max_source_length, max_target_length, bucket_size) < 1:
+      raise ValueError(
+        f'max_source_length={max_source_length}, max_target_length={max_target_length} and '
+        f'bucket_size={bucket_size} must be positive'
+      )
+    if not 0 <= seed < 2**32:
+      raise ValueError(f'seed={seed} must be in [0, 2**32) to shuffle the training data')
+    self._source = source
+    self._source_vocab, self._target_vocab = source_vocab, target_vocab
+    self._max_lengths = (max_source_length, max_target_length)
+    self._bucket_size = bucket_size
+    self._row_offset = process_index * self.local_batch_size
+
+    self._src_len, self._tgt_len = token_lengths(source, source_vocab, target_vocab)
+    keep = (self._src_len <= max_source_length) & (self._tgt_len <= max_target_length)
+    self.num_examples = len(source)
+    self.num_filtered = int(self.num_examples - keep.sum())
+    logging.info(
+      'Training data: kept %d of %d pairs; dropped %d longer than max_source_length=%d or '
+      'max_target_length=%d tokens (EOS included).',
+      self.num_examples - self.num_filtered,
+      self.num_examples,
+      self.num_filtered,
+      max_source_length,
+      max_target_length,
+    )
+    if self.num_filtered == self.num_examples:
+      raise ValueError(
+        f'all {self.num_examples} training pairs exceed max_source_length={max_source_length} '
+        f'or max_target_length={max_target_length}; raise the max lengths'
+      )
+
+    # Stream position j -> example index; global step k -> the indices of its global batch.
+    order = grain.MapDataset.source(np.flatnonzero(keep))
+    order = order.shuffle(seed=seed).repeat(reseed_each_epoch=reshuffle_each_epoch)
+    steps = order.batch(global_batch_size, drop_remainder=True, batch_fn=np.asarray)
+    self.dataset = steps.map(self._local_batch)  # random access: dataset[k] is batch k
+    read = grain.ReadOptions(num_threads=1 if prefetch else 0, prefetch_buffer_size=prefetch)
+    self._iterator = self.dataset.to_iter_dataset(read).__iter__()
+    if start_step:
+      self.set_state({'step': start_step})
+
+  def _local_batch(self, indices: np.ndarray) -> dict[str, np.ndarray]:
+    max_src, max_tgt = self._max_lengths
+    src_pad = padded_length(self._src_len[indices].max(), self._bucket_size, max_src)
+    tgt_pad = padded_length(self._tgt_len[indices].max(), self._bucket_size, max_tgt)
+    rows = indices[self._row_offset : self._row_offset + self.local_batch_size]
+    examples = [self._source[int(i)] for i in rows]
+    return {
+      'source': pad_rows(
+        [self._source_vocab.encode(e['source']) for e in examples], len(rows), src_pad
+      ),
+      'target': pad_rows(
+        [self._target_vocab.encode(e['target']) for e in examples], len(rows), tgt_pad
+      ),
+    }
+
+  def __iter__(self) -> TrainBatches:
+    return self
+
+  def __next__(self) -> dict[str, np.ndarray]:
+    return next(self._iterator)
+
+  @property
+  def step(self) -> int:
+    """Global step of the next batch."""
+    return self._iterator.get_state()['next_index']
+
+  def get_state(self) -> dict[str, int]:
+    """JSON-able position: the global step of the next batch."""
+    return {'step': int(self.step)}
+
+  def set_state(self, state: dict[str, int]) -> None:
+    step = int(state['step'])
+    if step < 0:
+      raise ValueError(f'data state step={step} must be non-negative')
+    self._iterator.set_state({'next_index': step})
+
+  def close(self) -> None:
+    """Stops the prefetch thread."""
+    self._iterator.close()
+
+
+def _processes(process_index: int | None, process_count: int | None) -> tuple[int, int]:
+  if process_index is None or process_count is None:
+    import jax  # Deferred: only the config-level entry points ask JAX about the processes.
+
+    return jax.process_index(), jax.process_count()
+  return process_index, process_count
+
+
+def train_batches(
+  task: Task,
+  config: Config,
+  *,
+  start_step: int = 0,
+  process_index: int | None = None,
+  process_count: int | None = None,
+) -> TrainBatches:
+  """`TrainBatches` over `task`'s train split, set up from `config.data` and `config.seed`.
+
+  `config` is the ConfigDict or its parsed `attnlab.config` view (same attribute names). The
+  process index and count default to JAX's (multi-host runs after distributed init).
+  """
+  process_index, process_count = _processes(process_index, process_count)
+  d = config.data
+  return TrainBatches(
+    task.split('train'),
+    task.source_vocab,
+    task.target_vocab,
+    global_batch_size=d.global_batch_size,
+    max_source_length=d.max_source_length,
+    max_target_length=d.max_target_length,
+    bucket_size=d.bucket_size,
+    seed=config.seed,
+    reshuffle_each_epoch=d.shuffle_buffer_epochs,
+    process_index=process_index,
+    process_count=process_count,
+    prefetch=d.prefetch,
+    start_step=start_step,
+  )
+
+
+def eval_batches(
+  task: Task,
+  config: Config,
+  split: str,
+  *,
+  process_index: int | None = None,
+  process_count: int | None = None,
+) -> Iterator[dict[str, np.ndarray]]:
+  """`eval_batches_from_source` over `task.split(split)`: this process's share of global
+  batches of `config.data.global_batch_size`, padded to `config.data.bucket_size` multiples,
+  the first `config.eval.max_examples` examples (0 = all). Process defaults as above.
+  """
+  process_index, process_count = _processes(process_index, process_count)
+  return eval_batches_from_source(
+    task.split(split),
+    task.source_vocab,
+    task.target_vocab,
+    config.data.global_batch_size,
+    bucket_size=config.data.bucket_size,
+    process_index=process_index,
+    process_count=process_count,
+    max_examples=config.eval.max_examples,
+  )
+
+
+def eval_batches_from_source(
+  source: Source,
+  source_vocab: Vocab,
+  target_vocab: Vocab,
+  batch_size: int,
+  *,
+  bucket_size: int,
+  process_index: int = 0,
+  process_count: int = 1,
+  max_examples: int = 0,
+) -> Iterator[dict[str, np.ndarray]]:
+  """Fixed-size batches over the split in index order (the first `max_examples` if > 0).
+
+  `batch_size` is global: process p gets rows [p*b, (p+1)*b) of each global batch. Every
+  example appears exactly once over all processes; the last global batch is filled with
+  empty rows (all PAD_ID, 'weight' 0, 'index' -1). Each batch holds 'source' [b, S] and
+  'target' [b, T] int32, 'weight' [b] float32 and 'index' [b] int32. S and T are the global
+  batch's longest pair rounded up to `bucket_size`, never capped: long eval examples are kept.
+  """
+  local = _share(batch_size, process_index, process_count)
+  if bucket_size < 1:
+    raise ValueError(f'bucket_size={bucket_size} must be positive')
+  n = len(source) if max_examples <= 0 else min(max_examples, len(source))
+
+  def generate():
+    encoded = []
+    for i in range(n):
+      example = source[i]
+      encoded.append(
+        (source_vocab.encode(example['source']), target_vocab.encode(example['target']))
+      )
+    for start in range(0, n, batch_size):
+      stop = min(start + batch_size, n)
+      src_pad = padded_length(max(len(s) for s, _ in encoded[start:stop]), bucket_size)
+      tgt_pad = padded_length(max(len(t) for _, t in encoded[start:stop]), bucket_size)
+      first = start + process_index * local
+      rows = range(first, min(first + local, stop))
+      index = np.full(local, -1, np.int32)
+      index[: len(rows)] = rows
+      yield {
+        'source': pad_rows([encoded[i][0] for i in rows], local, src_pad),
+        'target': pad_rows([encoded[i][1] for i in rows], local, tgt_pad),
+        'weight': (index >= 0).astype(np.float32),
+        'index': index,
+      }
+
+  return generate()

@@ -1,0 +1,109 @@
+"""Tasks: what `config.task.name` means -> vocabularies plus random-access split sources.
+
+`BUILDERS` maps a task name to a builder `(config) -> Task`; real datasets (TFDS builders read
+with `tfds.data_source`) are added by registering one more builder. A split source is any
+object with `__len__` and `__getitem__(i) -> {'source': str, 'target': str, 'index': i}`.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+from attnlab.data import synthetic
+from attnlab.data.vocab import Vocab
+
+SPLITS = synthetic.SPLITS
+
+
+class Source(Protocol):
+  """A deterministic random-access split: example i is the same in every process and run."""
+
+  def __len__(self) -> int: ...
+
+  def __getitem__(self, index: int) -> dict[str, Any]: ...
+
+
+class Task:
+  """Vocabularies, the train/eval/test sources and the alignment oracle of one task.
+
+  Args:
+    name: the task name.
+    source_vocab, target_vocab: vocabularies of sources and targets.
+    splits: split name -> zero-argument function building that split's source (called once,
+      on first use, so unused splits cost nothing).
+    alignment: example -> the source position each target position copies from, or None for
+      tasks without such a map.
+  """
+
+  def __init__(
+    self,
+    name: str,
+    source_vocab: Vocab,
+    target_vocab: Vocab,
+    splits: Mapping[str, Callable[[], Source]],
+    alignment: Callable[[dict], list[int] | None] = lambda example: None,
+  ):
+    self.name = name
+    self.source_vocab = source_vocab
+    self.target_vocab = target_vocab
+    self._split_fns = dict(splits)
+    self._alignment = alignment
+    self._sources: dict[str, Source] = {}
+
+  @property
+  def split_names(self) -> tuple[str, ...]:
+    return tuple(self._split_fns)
+
+  def split(self, name: str) -> Source:
+    if name not in self._split_fns:
+      raise ValueError(
+        f'task {self.name!r} has no split {name!r}; choose from {", ".join(self._split_fns)}'
+      )
+    if name not in self._sources:
+      self._sources[name] = self._split_fns[name]()
+    return self._sources[name]
+
+  def alignment(self, example: dict) -> list[int] | None:
+    return self._alignment(example)
+
+  def __repr__(self) -> str:
+    return f'Task({self.name!r}, splits={self.split_names}, vocab={self.target_vocab.size})'
+
+
+def _synthetic(name: str, config: Any) -> Task:
+  t = config.task
+  spec = synthetic.get_spec(name)
+  # Source and target share one vocabulary: the task's alphabet (addition: digits and '+').
+  vocab = Vocab.from_symbols(spec.symbols(t.vocab_size), 'char')
+
+  def make_split(split: str) -> synthetic.SyntheticTask:
+    train = split == 'train'
+    return synthetic.SyntheticTask(
+      name,
+      vocab_size=t.vocab_size,
+      lengths=tuple(t.train_lengths if train else t.eval_lengths),
+      num_examples=t.num_train_examples if train else t.num_eval_examples,
+      seed=config.seed,
+      split=split,
+    )
+
+  splits = {s: functools.partial(make_split, s) for s in SPLITS}
+  return Task(name, vocab, vocab, splits, alignment=lambda ex: spec.align(ex['source']))
+
+
+BUILDERS: dict[str, Callable[[Any], Task]] = {
+  name: functools.partial(_synthetic, name) for name in synthetic.TASKS
+}
+
+
+def load_task(config: Any) -> Task:
+  """Builds the task named by `config.task.name` (reads config.task.* and config.seed).
+
+  `config` is the ConfigDict or its parsed `attnlab.config.RunConfig` (same attribute names).
+  """
+  name = config.task.name
+  if name not in BUILDERS:
+    raise ValueError(f'unknown task.name {name!r}; choose from {", ".join(sorted(BUILDERS))}')
+  return BUILDERS[name](config)

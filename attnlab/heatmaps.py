@@ -1,0 +1,126 @@
+"""Attention heatmaps as PNG files (matplotlib, Agg backend: no display needed).
+
+Source tokens run along the x axis, output tokens down the y axis, one cell per weight, so a
+row is the distribution the decoder used for one output token. Colours span [0, 1] by default
+so that panels of one grid, and figures of different runs, compare directly.
+
+    save_heatmap(workdir / 'heatmaps' / 'step_500_ex0.png', weights_TxS, src, out, 'luong/dot')
+    save_heatmap_grid(path, [('dot', w1, src, out1), ('general', w2, src, out2)])
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+# Inches per token and the font size keep labels legible up to ~60 tokens per axis.
+_INCH_PER_TOKEN = 0.16
+_MIN_PANEL_INCH = 2.5
+_FONT_SIZE = 7
+
+Panel = tuple[str, np.ndarray, Sequence[str], Sequence[str]]
+
+
+def _check_panel(title: str, weights_TxS, source_tokens, target_tokens) -> np.ndarray:
+  weights_TxS = np.asarray(weights_TxS, np.float32)
+  if weights_TxS.ndim != 2:
+    raise ValueError(
+      f'heatmap {title!r}: weights must be 2-D [target, source], got shape {weights_TxS.shape}'
+    )
+  want = (len(target_tokens), len(source_tokens))
+  if weights_TxS.shape != want:
+    raise ValueError(
+      f'heatmap {title!r}: weights have shape {weights_TxS.shape} [target, '
+      f'source] but there are {want[0]} target and {want[1]} source tokens; '
+      'slice the weights to the unpadded lengths [:T, :S]'
+    )
+  return weights_TxS
+
+
+def _panel_size(weights_TxS: np.ndarray) -> tuple[float, float]:
+  T, S = weights_TxS.shape
+  return (
+    max(_MIN_PANEL_INCH, S * _INCH_PER_TOKEN) + 1.0,
+    max(_MIN_PANEL_INCH, T * _INCH_PER_TOKEN) + 0.8,
+  )
+
+
+def _draw(ax, title, weights_TxS, source_tokens, target_tokens, vmax):
+  image = ax.imshow(
+    weights_TxS, cmap='viridis', vmin=0.0, vmax=vmax, aspect='equal', interpolation='nearest'
+  )
+  ax.set_xticks(np.arange(len(source_tokens)))
+  ax.set_xticklabels([str(t) for t in source_tokens], rotation=90, fontsize=_FONT_SIZE)
+  ax.set_yticks(np.arange(len(target_tokens)))
+  ax.set_yticklabels([str(t) for t in target_tokens], fontsize=_FONT_SIZE)
+  ax.set_xlabel('source')
+  ax.set_ylabel('output')
+  ax.set_title(title, fontsize=_FONT_SIZE + 2)
+  return image
+
+
+def _save(fig: Figure, path) -> None:
+  path = os.fspath(path)
+  parent = os.path.dirname(path)
+  if parent:
+    os.makedirs(parent, exist_ok=True)
+  FigureCanvasAgg(fig)
+  fig.savefig(path, format='png', dpi=120)
+
+
+def save_heatmap(
+  path,
+  weights_TxS,
+  source_tokens: Sequence[str],
+  target_tokens: Sequence[str],
+  title: str = '',
+  *,
+  vmax: float = 1.0,
+) -> None:
+  """Writes one heatmap PNG of `weights_TxS` (T output tokens x S source tokens).
+
+  Raises:
+    ValueError: weights not 2-D, or their shape differs from (len(target), len(source)).
+  """
+  weights_TxS = _check_panel(title, weights_TxS, source_tokens, target_tokens)
+  width, height = _panel_size(weights_TxS)
+  fig = Figure(figsize=(width + 0.6, height), layout='constrained')
+  ax = fig.add_subplot()
+  image = _draw(ax, title, weights_TxS, source_tokens, target_tokens, vmax)
+  fig.colorbar(image, ax=ax, shrink=0.8, label='attention weight')
+  _save(fig, path)
+
+
+def save_heatmap_grid(
+  path, panels: Sequence[Panel], *, ncols: int | None = None, vmax: float = 1.0
+) -> None:
+  """Writes several heatmaps side by side (one row unless `ncols`) with one shared colorbar.
+
+  Args:
+    path: the PNG to write.
+    panels: (title, weights_TxS, source_tokens, target_tokens) per panel, e.g. one model each.
+    ncols: panels per row (default: all in one row).
+  """
+  if not panels:
+    raise ValueError('save_heatmap_grid: no panels given')
+  checked = [(t, _check_panel(t, w, s, o), s, o) for t, w, s, o in panels]
+  ncols = len(checked) if ncols is None else ncols
+  if ncols < 1:
+    raise ValueError(f'save_heatmap_grid: ncols={ncols} must be >= 1')
+  nrows = -(-len(checked) // ncols)
+  sizes = [_panel_size(w) for _, w, _, _ in checked]
+  cell_w = max(w for w, _ in sizes)
+  cell_h = max(h for _, h in sizes)
+  fig = Figure(figsize=(cell_w * ncols + 0.8, cell_h * nrows), layout='constrained')
+  axes = fig.subplots(nrows, ncols, squeeze=False)
+  image = None
+  for ax, (title, weights_TxS, src, tgt) in zip(axes.flat, checked, strict=False):
+    image = _draw(ax, title, weights_TxS, src, tgt, vmax)
+  for ax in list(axes.flat)[len(checked) :]:
+    ax.set_axis_off()
+  fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.8, label='attention weight')
+  _save(fig, path)

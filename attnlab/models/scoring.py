@@ -1,0 +1,141 @@
+"""Attention scores: the registry behind `model.attention.score` (DESIGN.md section 1).
+
+Every score is a linen Module with two entry points:
+
+  keys_BxSxK = score.project_keys(enc_BxSxH)   # once per source sequence
+  scores_BxTxS = score(q_BxTxH, keys_BxSxK)    # every decoder step (float32)
+
+Work that depends only on the source (W_a h for `general`, W_k h for `concat`) lives in
+`project_keys`, so a decoder computes it once and passes the keys in; nothing is cached on
+`self`. Matmuls run in the compute `dtype` (float32 or bfloat16), parameters stay float32 and
+scores are returned as float32 so the softmax in `attention.attend` is always float32.
+
+  dot         q . h
+  scaled_dot  q . h / sqrt(H)
+  general     q^T W_a h                   (keys = W_a h)
+  concat      v^T tanh(W_q q + W_k h)     (Bahdanau additive; keys = W_k h; inner size H)
+  location    e_t = W_a q_t               (one score per source slot up to max_source_length,
+                                           sliced to the first S; Luong 2015)
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+Dtype = Any
+
+
+class DotScore(nn.Module):
+  """e_ti = q_t . h_i. The base of every score: fields, identity keys, float32 output."""
+
+  hidden_size: int
+  max_source_length: int = 0
+  dtype: Dtype = jnp.float32
+
+  def setup(self):
+    pass
+
+  def project_keys(self, enc_BxSxH):
+    return enc_BxSxH
+
+  def _dot(self, q_BxTxK, keys_BxSxK):
+    scores_BxTxS = jnp.einsum(
+      'btk,bsk->bts', q_BxTxK.astype(self.dtype), keys_BxSxK.astype(self.dtype)
+    )
+    return scores_BxTxS.astype(jnp.float32)
+
+  def __call__(self, q_BxTxH, keys_BxSxK):
+    return self._dot(q_BxTxH, keys_BxSxK)
+
+
+class ScaledDotScore(DotScore):
+  """e_ti = q_t . h_i / sqrt(H), H the query/key size (Vaswani et al. 2017)."""
+
+  def __call__(self, q_BxTxH, keys_BxSxK):
+    # Scale in float32 after the product: bfloat16 keeps fewer mantissa bits than the scale.
+    return self._dot(q_BxTxH, keys_BxSxK) / math.sqrt(q_BxTxH.shape[-1])
+
+
+class GeneralScore(DotScore):
+  """e_ti = q_t^T W_a h_i; W_a h_i is the key, computed once per source sequence."""
+
+  def setup(self):
+    self.w_a = nn.Dense(self.hidden_size, use_bias=False, dtype=self.dtype)
+
+  def project_keys(self, enc_BxSxH):
+    return self.w_a(enc_BxSxH)
+
+  def __call__(self, q_BxTxH, keys_BxSxH):
+    return self._dot(q_BxTxH, keys_BxSxH)
+
+
+class ConcatScore(DotScore):
+  """e_ti = v^T tanh(W_q q_t + W_k h_i) (Bahdanau et al. 2015); inner size = hidden_size."""
+
+  def setup(self):
+    dense = lambda features: nn.Dense(features, use_bias=False, dtype=self.dtype)
+    self.w_q = dense(self.hidden_size)
+    self.w_k = dense(self.hidden_size)
+    self.v = dense(1)
+
+  def project_keys(self, enc_BxSxH):
+    return self.w_k(enc_BxSxH)
+
+  def __call__(self, q_BxTxH, keys_BxSxK):
+    query_BxTxK = self.w_q(q_BxTxH)
+    hidden_BxTxSxK = jnp.tanh(
+      query_BxTxK[:, :, None, :] + keys_BxSxK.astype(self.dtype)[:, None, :, :]
+    )
+    return self.v(hidden_BxTxSxK)[..., 0].astype(jnp.float32)
+
+
+class LocationScore(DotScore):
+  """e_t = W_a q_t: scores from the query alone, one per source slot (Luong et al. 2015).
+
+  The keys only supply S; W_a has `max_source_length` outputs and the first S are used.
+  """
+
+  def setup(self):
+    if self.max_source_length <= 0:
+      raise ValueError(f'location score needs max_source_length > 0 (got {self.max_source_length})')
+    self.w_a = nn.Dense(self.max_source_length, use_bias=False, dtype=self.dtype)
+
+  def __call__(self, q_BxTxH, keys_BxSxK):
+    num_keys = keys_BxSxK.shape[1]
+    if num_keys > self.max_source_length:
+      raise ValueError(
+        f'location score has {self.max_source_length} source slots '
+        f'(max_source_length) but the source has S={num_keys} positions'
+      )
+    return self.w_a(q_BxTxH)[..., :num_keys].astype(jnp.float32)
+
+
+SCORES: dict[str, type[DotScore]] = {
+  'dot': DotScore,
+  'scaled_dot': ScaledDotScore,
+  'general': GeneralScore,
+  'concat': ConcatScore,
+  'location': LocationScore,
+}
+
+
+def make_score(
+  name: str,
+  *,
+  hidden_size: int,
+  max_source_length: int = 0,
+  dtype: Dtype = jnp.float32,
+  name_: str | None = None,
+) -> DotScore:
+  """Builds score `name` from SCORES; `name_` is the module name (None: Flax's default)."""
+  if name not in SCORES:
+    raise ValueError(f'unknown score {name!r}; choose from {", ".join(sorted(SCORES))}')
+  if name == 'location' and max_source_length <= 0:
+    raise ValueError(f'location score needs max_source_length > 0 (got {max_source_length})')
+  return SCORES[name](
+    hidden_size=hidden_size, max_source_length=max_source_length, dtype=dtype, name=name_
+  )

@@ -1,0 +1,114 @@
+"""The optimiser from the `optim` config group: an optax chain plus its learning-rate schedule.
+
+    tx, schedule = make_optimizer(config.optim, config.train.num_steps)
+
+The chain is `clip_by_global_norm(clip_norm)` (left out when clip_norm = 0) followed by Adam or
+AdamW whose learning rate is `schedule(count)`. optax evaluates the schedule at `count`, the
+number of updates applied before the current one, so the first update uses `schedule(0)`.
+
+Schedule (peak = learning_rate, W = warmup_steps, N = num_steps, f = end_lr_fraction):
+
+    step < W:      peak * step / W                                    (linear warmup from 0)
+    step >= W:     constant  peak
+                   cosine    peak * (f + (1 - f) * (1 + cos(pi * p)) / 2)
+                   linear    peak * (1 - (1 - f) * p)
+                   rsqrt     peak * sqrt(max(W, 1) / max(step, 1))
+    where p = clip((step - W) / max(N - W, 1), 0, 1), so cosine and linear reach f * peak at N
+    and stay there.
+
+With W = 0 the warmup is skipped (rsqrt then decays as peak / sqrt(step) from step 1).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import jax.numpy as jnp
+import optax
+
+from attnlab.config import ConfigError, OptimConfig, from_group
+
+Schedule = Callable[[jnp.ndarray | int], jnp.ndarray]
+
+
+def parse_optim(optim_cfg) -> OptimConfig:
+  """Validated `config.OptimConfig` from the `optim` group in any of its forms.
+
+  Accepts an `OptimConfig` (as in `config.parse(c).optim`), a ConfigDict/mapping (which must
+  hold exactly its fields: unknown keys fail), or any object with its attributes (extra
+  attributes are ignored). Adds the range checks the schedule and clipping rely on.
+  """
+  if isinstance(optim_cfg, OptimConfig):
+    cfg = optim_cfg
+    cfg.validate()
+  elif hasattr(optim_cfg, 'items'):
+    cfg = from_group(OptimConfig, optim_cfg, 'optim')
+  else:
+    values = {}
+    for field in dataclasses.fields(OptimConfig):
+      if not hasattr(optim_cfg, field.name):
+        raise ConfigError(f'missing config key optim.{field.name}')
+      values[field.name] = getattr(optim_cfg, field.name)
+    cfg = OptimConfig(**values)
+    cfg.validate()
+  if not 0.0 <= cfg.end_lr_fraction <= 1.0:
+    raise ConfigError(f'optim.end_lr_fraction={cfg.end_lr_fraction!r} must be in [0, 1]')
+  if cfg.clip_norm < 0:
+    raise ConfigError(f'optim.clip_norm={cfg.clip_norm!r} must be >= 0 (0 = off)')
+  if cfg.weight_decay < 0:
+    raise ConfigError(f'optim.weight_decay={cfg.weight_decay!r} must be >= 0')
+  return cfg
+
+
+def make_schedule(optim_cfg, num_steps: int) -> Schedule:
+  """Learning rate as a function of the update count (jittable; see the module docstring)."""
+  cfg = parse_optim(optim_cfg)
+  if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps <= 0:
+    raise ConfigError(f'train.num_steps={num_steps!r} must be a positive integer')
+  peak = float(cfg.learning_rate)
+  warmup = cfg.warmup_steps
+  end = float(cfg.end_lr_fraction)
+  decay_steps = max(num_steps - warmup, 1)
+  kind = cfg.schedule
+
+  def schedule(step):
+    step = jnp.asarray(step, jnp.float32)
+    progress = jnp.clip((step - warmup) / decay_steps, 0.0, 1.0)
+    if kind == 'constant':
+      after = jnp.full_like(step, peak)
+    elif kind == 'cosine':
+      after = peak * (end + (1.0 - end) * 0.5 * (1.0 + jnp.cos(jnp.pi * progress)))
+    elif kind == 'linear':
+      after = peak * (1.0 - (1.0 - end) * progress)
+    else:  # rsqrt
+      after = peak * jnp.sqrt(max(warmup, 1) / jnp.maximum(step, 1.0))
+    if warmup == 0:
+      return after
+    return jnp.where(step < warmup, peak * step / warmup, after)
+
+  return schedule
+
+
+def make_optimizer(optim_cfg, num_steps: int) -> tuple[optax.GradientTransformation, Schedule]:
+  """Returns `(tx, schedule)`: the optax chain and its learning rate as a function of step.
+
+  Args:
+    optim_cfg: the `optim` config group (ConfigDict, mapping, `OptimConfig` or any object with
+      its attributes).
+    num_steps: total optimiser steps (`train.num_steps`); cosine and linear decay end there.
+
+  Raises:
+    ConfigError (a ValueError): an unknown name or schedule, or a value out of range; the
+      message names the dotted key and the valid choices.
+  """
+  cfg = parse_optim(optim_cfg)
+  schedule = make_schedule(cfg, num_steps)
+  if cfg.name == 'adam':
+    opt = optax.adam(schedule, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps)
+  else:
+    # AdamW decays every parameter (biases and norm scales included), as torch.optim.AdamW does.
+    opt = optax.adamw(schedule, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps, weight_decay=cfg.weight_decay)
+  if cfg.clip_norm > 0:
+    opt = optax.chain(optax.clip_by_global_norm(cfg.clip_norm), opt)
+  return opt, schedule

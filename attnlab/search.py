@@ -1,0 +1,250 @@
+"""Greedy and beam search over a model's decode step, inside `lax.while_loop`.
+
+Models and search meet through one callback (`Seq2Seq` and `Transformer` both provide it):
+
+    step_fn(tokens_N, carry) -> (logits_NxV, attn_NxS, carry)
+
+with N = batch * beams. It embeds the previous token of every row, advances that row's decoder
+state and returns the next-token logits and its cross-attention weights. The caller closes
+over the encoder memory, tiled once with `expand_to_beams`; search tiles `init_carry` itself.
+
+Beam search keeps finished hypotheses in their own set, as fairseq does: each step takes the
+2W best (origin beam, token) extensions by summed log-probability; an EOS extension among the
+top W ranks moves to the finished set with the GNMT length-penalised score
+logp / ((5 + len) / 6) ** alpha (len counts EOS); the W best extensions that do not end become
+the next alive beams, and the carry rows and attention history follow their origin beam. A
+batch row is done once it has finished W hypotheses; at max_length the top W extensions are
+finished as they are. With W = 1 this is exactly greedy search for every alpha (a penalty only
+compares hypotheses of different lengths), which the tests pin.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from attnlab.models import BOS_ID, EOS_ID, PAD_ID
+
+# Finite on purpose: dead beams are added to and divided, and -inf - -inf would make NaNs.
+NEG_INF = -1.0e9
+
+StepFn = Callable[[jax.Array, Any], tuple[jax.Array, jax.Array, Any]]
+
+
+@flax.struct.dataclass
+class SearchResult:
+  """The chosen hypothesis of every batch row."""
+
+  tokens_BxT: jax.Array  # int32, EOS included, PAD_ID after the end
+  lengths_B: jax.Array  # int32, tokens including EOS (max_length when it never ended)
+  scores_B: jax.Array  # ranking score: greedy = log_probs_B, beam = length-penalised
+  log_probs_B: jax.Array  # sum of the token log-probabilities
+  attention_BxTxS: jax.Array  # float32 cross attention per output step, zero after the end
+
+
+def length_penalty_factor(length: jax.Array, alpha: float) -> jax.Array:
+  """GNMT (Wu et al. 2016): ((5 + len) / 6) ** alpha; alpha = 0 ranks by plain log-prob."""
+  return ((5.0 + length.astype(jnp.float32)) / 6.0) ** alpha
+
+
+def expand_to_beams(tree: Any, beam_size: int) -> Any:
+  """Repeats every leaf's leading axis B -> B*W (row b*W + w is beam w of example b)."""
+  return jax.tree.map(lambda x: jnp.repeat(x, beam_size, axis=0), tree)
+
+
+def _check_sizes(batch_size: int, beam_size: int, max_length: int) -> None:
+  for name, value in (
+    ('batch_size', batch_size),
+    ('beam_size', beam_size),
+    ('max_length', max_length),
+  ):
+    if not isinstance(value, int) or value < 1:
+      raise ValueError(f'{name}={value!r} must be a positive Python int (a static size)')
+
+
+def _source_length(step_fn: StepFn, tokens_N: jax.Array, carry: Any, rows: int) -> int:
+  """S of the attention buffer, read off step_fn without running it."""
+  logits, attn, _ = jax.eval_shape(step_fn, tokens_N, carry)
+  if logits.ndim != 2 or logits.shape[0] != rows or attn.ndim != 2 or attn.shape[0] != rows:
+    raise ValueError(
+      f'step_fn must return logits_NxV and attn_NxS with N={rows} rows; got '
+      f'{logits.shape} and {attn.shape}'
+    )
+  return attn.shape[1]
+
+
+def greedy_search(
+  step_fn: StepFn,
+  init_carry: Any,
+  *,
+  batch_size: int,
+  max_length: int,
+  bos_id: int = BOS_ID,
+  eos_id: int = EOS_ID,
+) -> SearchResult:
+  """Takes the most probable token each step until every row emitted EOS or max_length."""
+  _check_sizes(batch_size, 1, max_length)
+  B, T = batch_size, max_length
+  bos_B = jnp.full((B,), bos_id, jnp.int32)
+  S = _source_length(step_fn, bos_B, init_carry, B)
+
+  def cond(state):
+    return (state['i'] < T) & ~jnp.all(state['done_B'])
+
+  def body(state):
+    i, live_B = state['i'], ~state['done_B']
+    logits_BxV, attn_BxS, carry = step_fn(state['last_B'], state['carry'])
+    logp_BxV = jax.nn.log_softmax(logits_BxV.astype(jnp.float32), axis=-1)
+    tok_B = jnp.argmax(logp_BxV, axis=-1).astype(jnp.int32)
+    tok_logp_B = jnp.take_along_axis(logp_BxV, tok_B[:, None], axis=1)[:, 0]
+    attn_BxS = jnp.where(live_B[:, None], attn_BxS.astype(jnp.float32), 0.0)
+    return dict(
+      i=i + 1,
+      last_B=tok_B,
+      carry=carry,
+      seqs_BxT=state['seqs_BxT'].at[:, i].set(jnp.where(live_B, tok_B, PAD_ID)),
+      attn_BxTxS=state['attn_BxTxS'].at[:, i].set(attn_BxS),
+      logp_B=jnp.where(live_B, state['logp_B'] + tok_logp_B, state['logp_B']),
+      lengths_B=state['lengths_B'] + live_B.astype(jnp.int32),
+      done_B=state['done_B'] | (tok_B == eos_id),
+    )
+
+  state = dict(
+    i=jnp.array(0, jnp.int32),
+    last_B=bos_B,
+    carry=init_carry,
+    seqs_BxT=jnp.full((B, T), PAD_ID, jnp.int32),
+    attn_BxTxS=jnp.zeros((B, T, S), jnp.float32),
+    logp_B=jnp.zeros((B,), jnp.float32),
+    lengths_B=jnp.zeros((B,), jnp.int32),
+    done_B=jnp.zeros((B,), bool),
+  )
+  state = lax.while_loop(cond, body, state)
+  return SearchResult(
+    tokens_BxT=state['seqs_BxT'],
+    lengths_B=state['lengths_B'],
+    scores_B=state['logp_B'],
+    log_probs_B=state['logp_B'],
+    attention_BxTxS=state['attn_BxTxS'],
+  )
+
+
+def _take_rows(x_BxK: jax.Array, idx_BxJ: jax.Array) -> jax.Array:
+  """x[b, idx[b, j], ...] for arrays laid out B x K x ...."""
+  idx = idx_BxJ.reshape(idx_BxJ.shape + (1,) * (x_BxK.ndim - 2))
+  return jnp.take_along_axis(x_BxK, idx, axis=1)
+
+
+def _gather_carry(carry: Any, origin_BxW: jax.Array, beam_size: int) -> Any:
+  """Carry rows (leading dim B*W) of the origin beams, per example."""
+  B = origin_BxW.shape[0]
+  flat_N = (jnp.arange(B, dtype=jnp.int32)[:, None] * beam_size + origin_BxW).reshape(-1)
+  return jax.tree.map(lambda x: jnp.take(x, flat_N, axis=0), carry)
+
+
+def beam_search(
+  step_fn: StepFn,
+  init_carry: Any,
+  *,
+  batch_size: int,
+  beam_size: int,
+  max_length: int,
+  length_penalty: float = 0.6,
+  bos_id: int = BOS_ID,
+  eos_id: int = EOS_ID,
+) -> SearchResult:
+  """Beam search (module docstring); `init_carry` has batch_size rows, tiled here to B*W.
+
+  `length_penalty` is the GNMT alpha (0 ranks finished hypotheses by summed log-prob).
+  """
+  _check_sizes(batch_size, beam_size, max_length)
+  B, W, T = batch_size, beam_size, max_length
+  alpha = float(length_penalty)
+  carry0 = expand_to_beams(init_carry, W)
+  bos_N = jnp.full((B * W,), bos_id, jnp.int32)
+  S = _source_length(step_fn, bos_N, carry0, B * W)
+
+  def cond(state):
+    return (state['i'] < T) & ~jnp.all(state['fin_count_B'] >= W)
+
+  def body(state):
+    i = state['i']
+    logits_NxV, attn_NxS, carry = step_fn(state['last_N'], state['carry'])
+    V = logits_NxV.shape[-1]
+    if V < 2:
+      raise ValueError(f'beam search needs a vocabulary of at least 2 tokens, got V={V}')
+    logp_BxWxV = jax.nn.log_softmax(logits_NxV.astype(jnp.float32), axis=-1).reshape(B, W, V)
+    cand_BxWxV = state['alive_logp_BxW'][:, :, None] + logp_BxWxV
+    # 2W candidates: at most W of them (one per origin) end in EOS, so W always stay alive.
+    top_logp_Bx2W, top_idx_Bx2W = lax.top_k(cand_BxWxV.reshape(B, W * V), 2 * W)
+    origin_Bx2W = (top_idx_Bx2W // V).astype(jnp.int32)
+    token_Bx2W = (top_idx_Bx2W % V).astype(jnp.int32)
+    seqs_Bx2WxT = _take_rows(state['alive_seqs_BxWxT'], origin_Bx2W).at[:, :, i].set(token_Bx2W)
+    step_attn_Bx2WxS = _take_rows(attn_NxS.astype(jnp.float32).reshape(B, W, S), origin_Bx2W)
+    attn_Bx2WxTxS = _take_rows(state['alive_attn_BxWxTxS'], origin_Bx2W)
+    attn_Bx2WxTxS = attn_Bx2WxTxS.at[:, :, i].set(step_attn_Bx2WxS)
+
+    # Finish: EOS (or any extension at max_length) among the top W ranks of live rows.
+    valid_Bx2W = top_logp_Bx2W > NEG_INF / 2
+    ends_Bx2W = valid_Bx2W & ((token_Bx2W == eos_id) | (i + 1 == T))
+    done_B = state['fin_count_B'] >= W
+    finish_BxW = ends_Bx2W[:, :W] & ~done_B[:, None]
+    new_scores_BxW = jnp.where(
+      finish_BxW, top_logp_Bx2W[:, :W] / length_penalty_factor(i + 1, alpha), NEG_INF
+    )
+    pool_scores_Bx2W = jnp.concatenate([state['fin_scores_BxW'], new_scores_BxW], axis=1)
+    fin_scores_BxW, keep_BxW = lax.top_k(pool_scores_Bx2W, W)
+    pool = lambda old, new: _take_rows(jnp.concatenate([old, new[:, :W]], axis=1), keep_BxW)
+    new_lengths_Bx2W = jnp.full((B, 2 * W), i + 1, jnp.int32)
+
+    # Stay alive: the W best extensions that did not end.
+    alive_scores_Bx2W = jnp.where(ends_Bx2W, NEG_INF, top_logp_Bx2W)
+    alive_logp_BxW, sel_BxW = lax.top_k(alive_scores_Bx2W, W)
+    alive_origin_BxW = _take_rows(origin_Bx2W, sel_BxW)
+    return dict(
+      i=i + 1,
+      last_N=_take_rows(token_Bx2W, sel_BxW).reshape(B * W),
+      carry=_gather_carry(carry, alive_origin_BxW, W),
+      alive_logp_BxW=alive_logp_BxW,
+      alive_seqs_BxWxT=_take_rows(seqs_Bx2WxT, sel_BxW),
+      alive_attn_BxWxTxS=_take_rows(attn_Bx2WxTxS, sel_BxW),
+      fin_scores_BxW=fin_scores_BxW,
+      fin_logp_BxW=pool(state['fin_logp_BxW'], top_logp_Bx2W),
+      fin_lengths_BxW=pool(state['fin_lengths_BxW'], new_lengths_Bx2W),
+      fin_seqs_BxWxT=pool(state['fin_seqs_BxWxT'], seqs_Bx2WxT),
+      fin_attn_BxWxTxS=pool(state['fin_attn_BxWxTxS'], attn_Bx2WxTxS),
+      fin_count_B=state['fin_count_B'] + jnp.sum(finish_BxW, axis=1, dtype=jnp.int32),
+    )
+
+  # Only beam 0 is alive at the start, so the W copies of BOS do not fill the beam with
+  # duplicates of the same hypothesis.
+  beam0_BxW = jnp.broadcast_to(jnp.arange(W) == 0, (B, W))
+  state = dict(
+    i=jnp.array(0, jnp.int32),
+    last_N=bos_N,
+    carry=carry0,
+    alive_logp_BxW=jnp.where(beam0_BxW, 0.0, NEG_INF).astype(jnp.float32),
+    alive_seqs_BxWxT=jnp.full((B, W, T), PAD_ID, jnp.int32),
+    alive_attn_BxWxTxS=jnp.zeros((B, W, T, S), jnp.float32),
+    fin_scores_BxW=jnp.full((B, W), NEG_INF, jnp.float32),
+    fin_logp_BxW=jnp.full((B, W), NEG_INF, jnp.float32),
+    fin_lengths_BxW=jnp.zeros((B, W), jnp.int32),
+    fin_seqs_BxWxT=jnp.full((B, W, T), PAD_ID, jnp.int32),
+    fin_attn_BxWxTxS=jnp.zeros((B, W, T, S), jnp.float32),
+    fin_count_B=jnp.zeros((B,), jnp.int32),
+  )
+  state = lax.while_loop(cond, body, state)
+  # top_k keeps the finished set sorted, so slot 0 is the best; the last step always finishes
+  # at least beam 0, so slot 0 is a real hypothesis.
+  return SearchResult(
+    tokens_BxT=state['fin_seqs_BxWxT'][:, 0],
+    lengths_B=state['fin_lengths_BxW'][:, 0],
+    scores_B=state['fin_scores_BxW'][:, 0],
+    log_probs_B=state['fin_logp_BxW'][:, 0],
+    attention_BxTxS=state['fin_attn_BxWxTxS'][:, 0],
+  )

@@ -1,0 +1,50 @@
+"""Reverse a string of 5-20 symbols (vocabulary 20): bi-LSTM encoder, Luong general attention.
+
+The README's demo (`make demo`). Reversal needs every source symbol at an anti-diagonal
+position, so attention makes it easy and the fixed-vector bottleneck (`timing=none`) hard.
+
+COMMAND: python -m attnlab.main --config=configs/reverse.py --workdir=runs/reverse
+Variants (`configs/reverse.py:NAME`):
+  smoke       a tiny model for a few steps (tests)
+  bottleneck  the same model without attention (model.attention.timing=none)
+"""
+
+from configs import base
+
+VARIANTS = ('smoke', 'bottleneck')
+
+
+def get_config(arg: str = ''):
+  c = base.get_config()
+  c.task.name = 'reverse'
+  c.task.vocab_size = 20
+  c.task.train_lengths = (5, 20)
+  c.task.eval_lengths = (5, 20)
+  c.data.max_source_length = 24
+  c.data.max_target_length = 24
+  c.model.attention.score = 'general'
+  c.model.attention.timing = 'luong'
+  c.model.attention.input_feeding = True
+  c.train.num_steps = 1500
+  c.train.eval_every = 500
+  c.train.checkpoint_every = 500
+  if arg == 'smoke':
+    c.task.num_train_examples = 2000
+    c.task.num_eval_examples = 48
+    c.data.global_batch_size = 16
+    c.model.embed_dim = 8
+    c.model.hidden_size = 16
+    c.train.num_steps = 4
+    c.train.log_every = 2
+    c.train.eval_every = 4
+    c.train.checkpoint_every = 2
+    c.eval.num_samples = 4
+    c.eval.num_heatmaps = 2
+  elif arg == 'bottleneck':
+    c.model.attention.timing = 'none'
+    c.model.attention.input_feeding = False
+  elif arg:
+    raise ValueError(f'unknown variant {arg!r} of configs/reverse.py; choose from '
+                     f'{", ".join(VARIANTS)}')
+  c.lock()
+  return c

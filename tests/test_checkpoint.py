@@ -1,0 +1,146 @@
+"""checkpoint.Checkpointer: round trip, keep-N, cadence, corrupted-latest fallback, empty dir."""
+
+import logging
+import pathlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from attnlab.checkpoint import Checkpointer
+
+
+def _state(seed: float):
+  params = {
+    'dense': {'kernel': jnp.full((3, 2), seed, jnp.float32), 'bias': jnp.arange(2.0) + seed},
+    'embed': jnp.full((4,), seed, jnp.bfloat16),
+  }
+  tx = optax.adam(1e-3)
+  opt_state = tx.init(params)
+  # One real update so that mu/nu/count are not all zeros.
+  grads = jax.tree.map(lambda p: jnp.ones_like(p) * seed, params)
+  _, opt_state = tx.update(grads, opt_state, params)
+  return {'params': params, 'opt_state': opt_state, 'step': jnp.array(int(seed), jnp.int32)}
+
+
+def _assert_same(got, want):
+  assert jax.tree.structure(got) == jax.tree.structure(want)
+  for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+    assert g.dtype == w.dtype and g.shape == w.shape
+    np.testing.assert_array_equal(np.asarray(g, np.float32), np.asarray(w, np.float32))
+
+
+def test_round_trip_in_a_fresh_checkpointer(tmp_path):
+  state = _state(3.0)
+  config = {'model': {'kind': 'rnn', 'lengths': [5, 20]}, 'seed': 0}
+  with Checkpointer(tmp_path / 'ckpt', keep=2) as ckpt:
+    assert ckpt.save(7, state, {'step': 7, 'epoch': 1}, config)
+  # A new instance (as after a restart) sees the step and restores into a zero target.
+  with Checkpointer(tmp_path / 'ckpt', keep=2) as ckpt:
+    assert ckpt.latest_step() == 7
+    target = jax.tree.map(jnp.zeros_like, _state(1.0))
+    got, data_state, step = ckpt.restore(target_state=target)
+    assert step == 7 and data_state == {'step': 7, 'epoch': 1}
+    _assert_same(got, state)
+    assert isinstance(got['opt_state'][0], optax.ScaleByAdamState)
+    assert got['params']['embed'].dtype == jnp.bfloat16
+    assert ckpt.restore_config() == config
+    # ShapeDtypeStruct targets work too, and an explicit step.
+    abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), state)
+    got, _, step = ckpt.restore(7, target_state=abstract)
+    assert step == 7
+    _assert_same(got, state)
+
+
+def test_keeps_only_the_newest_steps(tmp_path):
+  with Checkpointer(tmp_path, keep=2) as ckpt:
+    for step in (1, 2, 3, 4):
+      assert ckpt.save(step, _state(float(step)), {'step': step}, {})
+    ckpt.wait()
+    assert ckpt.all_steps() == [3, 4]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.isdigit()) == ['3', '4']
+    got, _, step = ckpt.restore(3, target_state=_state(0.0))
+    assert step == 3
+    _assert_same(got, _state(3.0))
+
+
+def test_interval_force_and_no_overwrite(tmp_path):
+  with Checkpointer(tmp_path, keep=10, save_interval_steps=3) as ckpt:
+    saved = [s for s in range(1, 8) if ckpt.save(s, _state(float(s)), {'step': s}, {})]
+    assert saved == [3, 6]
+    assert ckpt.save(7, _state(7.0), {'step': 7}, {}, force=True)  # e.g. the last step
+    assert not ckpt.save(6, _state(6.0), {'step': 6}, {})  # not newer than the latest
+    ckpt.wait()
+    assert ckpt.all_steps() == [3, 6, 7]
+
+
+def _corrupt(step_dir: pathlib.Path) -> None:
+  files = [f for f in step_dir.rglob('*') if f.is_file()]
+  assert files
+  for f in files:
+    f.write_bytes(b'\x00not a checkpoint')
+
+
+def test_corrupted_latest_falls_back_to_previous(tmp_path, caplog):
+  with Checkpointer(tmp_path, keep=3) as ckpt:
+    for step in (10, 20, 30):
+      ckpt.save(step, _state(float(step)), {'step': step}, {'at': step})
+  _corrupt(tmp_path / '30')
+  with Checkpointer(tmp_path, keep=3) as ckpt:
+    assert ckpt.latest_step() == 30
+    with caplog.at_level(logging.WARNING):
+      got, data_state, step = ckpt.restore_or_none(target_state=_state(0.0))
+    assert step == 20 and data_state == {'step': 20}
+    _assert_same(got, _state(20.0))
+    assert 'checkpoint step 30' in caplog.text and 'unreadable' in caplog.text
+    # The unreadable step is set aside, so training can save step 30 again.
+    assert (tmp_path / '30.unreadable').is_dir()
+    assert ckpt.all_steps() == [10, 20]
+    assert ckpt.save(30, _state(31.0), {'step': 30}, {})
+    ckpt.wait()
+    got, _, step = ckpt.restore(target_state=_state(0.0))
+    assert step == 30
+    _assert_same(got, _state(31.0))
+
+
+def test_explicit_corrupted_step_does_not_fall_back(tmp_path):
+  with Checkpointer(tmp_path, keep=3) as ckpt:
+    for step in (1, 2):
+      ckpt.save(step, _state(float(step)), {'step': step}, {})
+  _corrupt(tmp_path / '2' / 'state')
+  with Checkpointer(tmp_path, keep=3) as ckpt:
+    with pytest.raises(Exception):  # noqa: B017 - orbax/tensorstore decide the type
+      ckpt.restore(2, target_state=_state(0.0))
+    assert ckpt.all_steps() == [1, 2]
+
+
+def test_wrong_target_moves_nothing(tmp_path):
+  with Checkpointer(tmp_path, keep=3) as ckpt:
+    for step in (1, 2):
+      ckpt.save(step, _state(float(step)), {'step': step}, {})
+    wrong = {'params': {'other': jnp.zeros((5,))}}
+    with pytest.raises(RuntimeError, match='nothing was moved'):
+      ckpt.restore(target_state=wrong)
+    assert ckpt.all_steps() == [1, 2]
+  assert not list(tmp_path.glob('*.unreadable*'))
+
+
+def test_empty_directory(tmp_path):
+  with Checkpointer(tmp_path / 'new', keep=1) as ckpt:
+    assert ckpt.latest_step() is None
+    assert ckpt.restore_or_none(target_state=_state(0.0)) is None
+    with pytest.raises(FileNotFoundError, match='no checkpoint in'):
+      ckpt.restore(target_state=_state(0.0))
+    with pytest.raises(FileNotFoundError, match='no checkpoint for step 5'):
+      ckpt.restore(5, target_state=_state(0.0))
+
+
+def test_bad_arguments(tmp_path):
+  with pytest.raises(ValueError, match='keep=0 must be a positive integer'):
+    Checkpointer(tmp_path, keep=0)
+  with Checkpointer(tmp_path, keep=1) as ckpt:
+    with pytest.raises(TypeError, match='data_state must be JSON-serialisable'):
+      ckpt.save(1, _state(1.0), {'rng': np.zeros(2)}, {})
+    assert ckpt.latest_step() is None

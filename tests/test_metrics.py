@@ -1,0 +1,201 @@
+"""metrics: hand-computed sums, error rates with several references, BLEU, buckets, attention."""
+
+import math
+
+import numpy as np
+import pytest
+
+from attnlab import metrics
+
+
+def test_summarize_hand_values():
+  sums = {
+    'loss_sum': np.array([3.0, 1.0]),  # two devices' partial sums are added
+    'token_correct': np.array([6, 2]),
+    'token_count': np.array([7, 3]),
+    'seq_correct': 1,
+    'seq_count': 4,
+    'learning_rate': np.float32(0.25),
+  }
+  out = metrics.summarize(sums)
+  assert out == pytest.approx(
+    {
+      'loss': 0.4,
+      'perplexity': math.exp(0.4),
+      'token_accuracy': 0.8,
+      'sequence_accuracy': 0.25,
+      'learning_rate': 0.25,
+    }
+  )
+
+
+def test_summarize_train_keys():
+  # What a train window of 2 steps yields: objective with label smoothing, grad norm per step.
+  sums = {
+    'loss_sum': 6.0,
+    'objective_sum': 8.0,
+    'token_correct': 5,
+    'token_count': 10,
+    'grad_norm_sum': 3.0,
+    'steps': 2,
+  }
+  assert metrics.summarize(sums) == pytest.approx(
+    {
+      'loss': 0.6,
+      'perplexity': math.exp(0.6),
+      'objective': 0.8,
+      'token_accuracy': 0.5,
+      'grad_norm': 1.5,
+    }
+  )
+
+
+def test_summarize_subset_and_errors():
+  assert metrics.summarize({'loss_sum': 2.0, 'token_count': 4}) == pytest.approx(
+    {'loss': 0.5, 'perplexity': math.exp(0.5)}
+  )
+  assert metrics.summarize({'loss_sum': 1e6, 'token_count': 1})['perplexity'] == math.inf
+  with pytest.raises(ValueError, match="'seq_correct' needs 'seq_count'"):
+    metrics.summarize({'seq_correct': 1})
+  with pytest.raises(ValueError, match='token_count=0.0 must be > 0'):
+    metrics.summarize({'loss_sum': 0.0, 'token_count': 0})
+  with pytest.raises(ValueError, match="'grad_norm' holds 2 values"):
+    metrics.summarize({'grad_norm': np.ones(2)})
+
+
+@pytest.mark.parametrize(
+  ('a', 'b', 'want'),
+  [
+    ('kitten', 'sitting', 3),
+    ('', 'abc', 3),
+    ('abc', '', 3),
+    ('abc', 'abc', 0),
+    ('flaw', 'lawn', 2),
+    ([1, 2, 3, 4], np.array([2, 3, 4, 5]), 2),
+    (['HH', 'AH0', 'L'], ['HH', 'EH1', 'L', 'OW0'], 2),
+  ],
+)
+def test_edit_distance(a, b, want):
+  assert metrics.edit_distance(a, b) == want
+  assert metrics.edit_distance(b, a) == want
+
+
+def test_error_rates_with_several_references():
+  hyps = [
+    ['R', 'IY', 'D'],  # equals the second reference: correct, distance 0 to a 3-token ref
+    ['K', 'AE', 'T', 'S'],  # 1 insertion from 'K AE T' (len 3), 2 from 'K AA T' ... closest
+    ['D', 'AO'],  # refs: 'D AO G' (d=1, len 3) and 'D AA G Z' (d=3): closest is the first
+    ['A', 'B'],  # tie: 'A C' (d=1, len 2) and 'A B C' (d=1, len 3): the first listed wins
+  ]
+  refs = [
+    [['R', 'EH', 'D'], ['R', 'IY', 'D']],
+    [['K', 'AA', 'T'], ['K', 'AE', 'T']],
+    [['D', 'AO', 'G'], ['D', 'AA', 'G', 'Z']],
+    [['A', 'C'], ['A', 'B', 'C']],
+  ]
+  out = metrics.error_rates(hyps, refs)
+  assert out['count'] == 4
+  assert out['wer'] == pytest.approx(3 / 4)
+  assert out['per'] == pytest.approx((0 + 1 + 1 + 1) / (3 + 3 + 3 + 2))
+
+
+def test_error_rates_errors():
+  with pytest.raises(ValueError, match='2 hypotheses but 1 references'):
+    metrics.error_rates([[1], [2]], [[[1]]])
+  with pytest.raises(ValueError, match=r'refs_lists\[0\] must be a non-empty list'):
+    metrics.error_rates([[1]], [[]])
+
+
+def test_sequence_accuracy():
+  hyps = [[1, 2, 3], np.array([4, 5]), [6], []]
+  refs = [np.array([1, 2, 3]), [4, 5, 6], [6], []]
+  assert metrics.sequence_accuracy(hyps, refs) == pytest.approx(3 / 4)
+
+
+def test_bleu_hand_values():
+  # p1..p4 = 4/5, 3/4, 2/3, 1/2, equal lengths (BP = 1): BLEU = 100 * 0.2 ** (1/4).
+  out = metrics.bleu_chrf(['a b c d e'], ['a b c d f'])
+  assert out['bleu'] == pytest.approx(100 * 0.2**0.25, rel=1e-6)
+  # All n-grams match, hypothesis half as long: BLEU = 100 * BP = 100 * exp(1 - 8/4).
+  out = metrics.bleu_chrf(['a b c d'], ['a b c d e f g h'])
+  assert out['bleu'] == pytest.approx(100 * math.exp(-1.0), rel=1e-6)
+  out = metrics.bleu_chrf(['abc def ghi jkl'], ['abc def ghi jkl'])
+  assert out == pytest.approx({'bleu': 100.0, 'chrf': 100.0})
+  assert metrics.bleu_chrf(['abc'], ['xyz'])['chrf'] == pytest.approx(0.0)
+
+
+def test_bleu_several_and_varying_references():
+  hyps = ['a b c d e', 'f g h i j']
+  # The matching reference of the first source is its second one; the second source has one.
+  out = metrics.bleu_chrf(hyps, [['v w x y z', 'a b c d e'], ['f g h i j']])
+  assert out == pytest.approx({'bleu': 100.0, 'chrf': 100.0})
+  single = metrics.bleu_chrf(hyps, [['v w x y z'], ['f g h i j']])
+  assert single['bleu'] < 100.0
+
+
+def test_by_length_bucket():
+  lengths = [1, 3, 5, 6, 9, 10, 14, 30]
+  values = [1, 0, 1, 1, 1, 0, 0, 1]
+  out = metrics.by_length_bucket(lengths, values, [1, 6, 11, 21, math.inf])
+  assert out == [
+    {'bucket': '1-5', 'count': 3, 'mean': pytest.approx(2 / 3)},
+    {'bucket': '6-10', 'count': 3, 'mean': pytest.approx(2 / 3)},
+    {'bucket': '11-20', 'count': 1, 'mean': 0.0},
+    {'bucket': '21+', 'count': 1, 'mean': 1.0},
+  ]
+  assert metrics.by_length_bucket([2], [1.0], [0, 2, 4])[0] == {
+    'bucket': '0-1',
+    'count': 0,
+    'mean': None,
+  }
+  with pytest.raises(ValueError, match=r'length 30 is outside the buckets \[1, 21\)'):
+    metrics.by_length_bucket(lengths, values, [1, 11, 21])
+  with pytest.raises(ValueError, match='strictly increasing'):
+    metrics.by_length_bucket(lengths, values, [1, 1, 40])
+
+
+def test_attention_entropy_hand_values():
+  # Row 0 uniform over 4 -> log 4; row 1 one-hot -> 0; row 2 (1/2, 1/4, 1/4, 0) -> 1.5 log 2;
+  # row 3 and column 4 are padding and must be ignored.
+  w = np.array(
+    [
+      [0.25, 0.25, 0.25, 0.25, 0.0],
+      [0.0, 1.0, 0.0, 0.0, 0.0],
+      [0.5, 0.25, 0.25, 0.0, 0.0],
+      [0.0, 0.0, 0.0, 0.0, 1.0],
+    ]
+  )
+  want = (math.log(4) + 0 + 1.5 * math.log(2)) / 3
+  assert metrics.attention_entropy(w, src_len=4, tgt_len=3) == pytest.approx(want)
+  # Without lengths the whole (already sliced) block counts.
+  assert metrics.attention_entropy(w[:3, :4]) == pytest.approx(want)
+  # Rows are renormalised: halving a row does not change its entropy.
+  assert metrics.attention_entropy(w * 0.5, 4, 3) == pytest.approx(want)
+  with pytest.raises(ValueError, match='target step 0 has no weight'):
+    metrics.attention_entropy(np.zeros((2, 3)), 3, 2)
+  with pytest.raises(ValueError, match='src_len=6, tgt_len=3 must be in 1..5 and 1..4'):
+    metrics.attention_entropy(w, 6, 3)
+
+
+def test_alignment_error_rate():
+  w = np.array(
+    [
+      [0.1, 0.7, 0.2, 0.0],
+      [0.6, 0.3, 0.1, 0.0],
+      [0.2, 0.2, 0.6, 0.0],
+      [0.3, 0.3, 0.4, 0.0],  # EOS step: gold -1, not scored
+      [0.0, 0.0, 0.0, 1.0],  # padding row
+    ]
+  )
+  gold = [1, 2, 2, -1, 0]
+  # argmax per scored step: 1, 0, 2 vs gold 1, 2, 2 -> one error in three.
+  assert metrics.alignment_error_rate(w, gold, src_len=3, tgt_len=4) == pytest.approx(1 / 3)
+  assert metrics.alignment_error_rate(w[:4, :3], gold[:4]) == pytest.approx(1 / 3)
+  # Reversal alignment hit exactly.
+  s = 5
+  rev = np.eye(s)[::-1]
+  assert metrics.alignment_error_rate(rev, list(range(s - 1, -1, -1)), s, s) == 0.0
+  with pytest.raises(ValueError, match='no target step has a gold link'):
+    metrics.alignment_error_rate(w, [-1] * 5, 3, 4)
+  with pytest.raises(ValueError, match='gold position 3 is not a source position'):
+    metrics.alignment_error_rate(w, [3, 0, 0, 0], 3, 4)

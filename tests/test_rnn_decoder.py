@@ -1,0 +1,247 @@
+"""The attentional RNN decoder against a NumPy reference written from DESIGN.md section 1.
+
+The reference re-derives two decoder steps from the module's parameters only (its own LSTM /
+GRU gate equations in flax's parameter layout, its own scores, masked softmax and readout), so
+a wrong timing, query, input feeding or readout shows up as a mismatch. The nn.scan training
+unroll is checked against a Python loop of `decode_step` for every timing, both local windows
+and multi-head attention.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from attnlab.config import AttentionConfig, ModelConfig
+from attnlab.models.seq2seq import Seq2Seq
+
+H, E, V = 8, 6, 11
+# Source rows of lengths 5, 3, 2 (PAD_ID=0 after them); targets start with BOS_ID=1.
+SRC = np.array([[4, 5, 6, 7, 2], [8, 9, 2, 0, 0], [5, 2, 0, 0, 0]], np.int32)
+TGT_IN = np.array([[1, 6, 7, 8], [1, 9, 10, 0], [1, 4, 0, 0]], np.int32)
+PAD_BxS = SRC == 0
+
+
+def make_config(cell='lstm', decoder_layers=1, dropout=0.0, dtype='float32', **attention):
+  config = ModelConfig(
+    hidden_size=H,
+    embed_dim=E,
+    encoder_layers=1,
+    decoder_layers=decoder_layers,
+    dropout=dropout,
+    dtype=dtype,
+    cell=cell,
+    attention=AttentionConfig(**attention),
+  )
+  config.validate()
+  return config
+
+
+@functools.cache
+def build(config: ModelConfig):
+  """Model, params and jitted teacher-forced / encode / step functions for one config."""
+  model = Seq2Seq(config, V, V)
+  variables = model.init(jax.random.key(0), SRC, TGT_IN)
+
+  @jax.jit
+  def forward(src, tgt_in):
+    logits, state = model.apply(variables, src, tgt_in, mutable=['intermediates'])
+    return logits, state['intermediates']['cross_attention'][0]
+
+  encode = jax.jit(lambda src: model.apply(variables, src, method='encode'))
+  init_carry = jax.jit(lambda memory: model.apply(variables, memory, 0, method='init_decode_carry'))
+  step = jax.jit(
+    lambda memory, tokens, carry: model.apply(
+      variables, memory, tokens, carry, method='decode_step'
+    )
+  )
+  return model, variables, forward, encode, init_carry, step
+
+
+# ----------------------------------------------------------------------------- NumPy reference
+
+
+def sigmoid(x):
+  return 1.0 / (1.0 + np.exp(-x))
+
+
+def lstm_step(p, carry, x):
+  """flax LSTMCell: input kernels i*, recurrent kernels+biases h*, gates i, f, g, o."""
+  c, h = carry
+  pre = lambda g: x @ p[f'i{g}']['kernel'] + h @ p[f'h{g}']['kernel'] + p[f'h{g}']['bias']
+  i, f, g, o = sigmoid(pre('i')), sigmoid(pre('f')), np.tanh(pre('g')), sigmoid(pre('o'))
+  c = f * c + i * g
+  return c, o * np.tanh(c)
+
+
+def gru_step(p, h, x):
+  """flax GRUCell: input kernels+biases i*, recurrent kernels h* (bias on hn only)."""
+  r = sigmoid(x @ p['ir']['kernel'] + p['ir']['bias'] + h @ p['hr']['kernel'])
+  z = sigmoid(x @ p['iz']['kernel'] + p['iz']['bias'] + h @ p['hz']['kernel'])
+  n = np.tanh(
+    x @ p['in']['kernel'] + p['in']['bias'] + r * (h @ p['hn']['kernel'] + p['hn']['bias'])
+  )
+  return (1.0 - z) * n + z * h
+
+
+def score(name, p, q_BxH, enc_BxSxH):
+  if name == 'general':  # q^T W_a h
+    return np.einsum('bh,bsh->bs', q_BxH, enc_BxSxH @ p['w_a']['kernel'])
+  if name == 'concat':  # v^T tanh(W_q q + W_k h)
+    hidden = np.tanh((q_BxH @ p['w_q']['kernel'])[:, None, :] + enc_BxSxH @ p['w_k']['kernel'])
+    return (hidden @ p['v']['kernel'])[..., 0]
+  if name == 'dot':
+    return np.einsum('bh,bsh->bs', q_BxH, enc_BxSxH)
+  raise AssertionError(name)
+
+
+def attend(e_BxS, valid_BxS, enc_BxSxH):
+  e_BxS = np.where(valid_BxS, e_BxS, -np.inf)
+  a_BxS = np.exp(e_BxS - e_BxS.max(axis=-1, keepdims=True))
+  a_BxS = a_BxS / a_BxS.sum(axis=-1, keepdims=True)
+  return np.einsum('bs,bsh->bh', a_BxS, enc_BxSxH), a_BxS
+
+
+def reference(config, params, memory, tokens_BxT):
+  """Logits BxTxV and weights BxTxS of the decoder, from the DESIGN.md formulas."""
+  to64 = lambda tree: jax.tree.map(lambda a: np.asarray(a, np.float64), tree)
+  p, memory = to64(params['decoder']), to64(memory)
+  att = config.attention
+  enc_BxSxH, valid_BxS = memory['values'], np.asarray(memory['mask'], bool)
+  cell_step = lstm_step if config.cell == 'lstm' else gru_step
+  hidden = lambda carry: carry[1] if config.cell == 'lstm' else carry
+  states = list(memory['init_states'])
+  h_tilde = np.zeros((tokens_BxT.shape[0], H))
+  logits, weights = [], []
+
+  def rnn(x):
+    for layer in range(config.decoder_layers):
+      states[layer] = cell_step(p[f'cells_{layer}'], states[layer], x)
+      x = hidden(states[layer])
+    return x
+
+  for t in range(tokens_BxT.shape[1]):
+    emb_BxE = p['embed']['embedding'][tokens_BxT[:, t]]
+    if att.timing == 'bahdanau':  # query s_{t-1}, context into the RNN input
+      c, a = attend(
+        score(att.score, p.get('score'), hidden(states[-1]), enc_BxSxH), valid_BxS, enc_BxSxH
+      )
+      s = rnn(np.concatenate([emb_BxE, c], axis=-1))
+    elif att.timing == 'luong':  # query s_t, h~_{t-1} fed with input feeding
+      x = np.concatenate([emb_BxE, h_tilde], axis=-1) if att.input_feeding else emb_BxE
+      s = rnn(x)
+      c, a = attend(score(att.score, p.get('score'), s, enc_BxSxH), valid_BxS, enc_BxSxH)
+    else:
+      s = rnn(emb_BxE)
+      c, a = np.zeros((s.shape[0], 0)), np.zeros(valid_BxS.shape)
+    h_tilde = np.tanh(np.concatenate([s, c], axis=-1) @ p['w_c']['kernel'])
+    logits.append(h_tilde @ p['w_o']['kernel'] + p['w_o']['bias'])
+    weights.append(a)
+  return np.stack(logits, axis=1), np.stack(weights, axis=1)
+
+
+CASES = {
+  'bahdanau_concat_lstm': make_config(timing='bahdanau', score='concat', input_feeding=False),
+  'bahdanau_general_gru': make_config(
+    cell='gru', timing='bahdanau', score='general', input_feeding=False
+  ),
+  # dropout only acts with train=True (test_dropout_active_only_in_training); eval is exact.
+  'luong_feed_general_lstm_2layers': make_config(decoder_layers=2, score='general', dropout=0.3),
+  'luong_nofeed_concat_gru': make_config(cell='gru', score='concat', input_feeding=False),
+  'none_lstm': make_config(timing='none', input_feeding=False),
+  'local_m': make_config(window='local_m', window_radius=1, score='dot'),
+  'local_p': make_config(window='local_p', window_radius=1, score='location', max_source_length=7),
+  'heads2': make_config(num_heads=2, score='scaled_dot'),
+}
+REFERENCE_CASES = [name for name in CASES if not name.startswith(('local', 'heads'))]
+
+
+@pytest.mark.parametrize('case', REFERENCE_CASES)
+def test_decoder_steps_match_numpy_reference(case):
+  # Every step of T=4 (the first two start from the bridge state and from step 1's carry).
+  config = CASES[case]
+  _, variables, forward, encode, _, _ = build(config)
+  logits_BxTxV, weights_BxTxS = forward(SRC, TGT_IN)
+  ref_logits, ref_weights = reference(config, variables['params'], encode(SRC), TGT_IN)
+  np.testing.assert_allclose(logits_BxTxV, ref_logits, atol=1e-5, rtol=1e-5)
+  np.testing.assert_allclose(weights_BxTxS, ref_weights, atol=1e-5, rtol=1e-5)
+  assert logits_BxTxV.dtype == jnp.float32
+
+
+def test_reference_distinguishes_timings():
+  # Guard for the reference itself: the same params (RNN input [emb; H-vector] in both) read
+  # with Bahdanau timing instead of Luong + input feeding give different logits.
+  config = CASES['luong_feed_general_lstm_2layers']
+  _, variables, forward, encode, _, _ = build(config)
+  other = make_config(decoder_layers=2, timing='bahdanau', input_feeding=False)
+  ref_other, _ = reference(other, variables['params'], encode(SRC), TGT_IN)
+  assert not np.allclose(forward(SRC, TGT_IN)[0], ref_other, atol=1e-3)
+
+
+@pytest.mark.parametrize('case', list(CASES))
+def test_scan_unroll_equals_decode_step_loop(case):
+  config = CASES[case]
+  _, _, forward, encode, init_carry, step = build(config)
+  logits_BxTxV, weights_BxTxS = forward(SRC, TGT_IN)
+  memory = encode(SRC)
+  jax.tree.map(lambda leaf: np.testing.assert_equal(leaf.shape[0], 3), memory)
+  carry = init_carry(memory)
+  for t in range(TGT_IN.shape[1]):
+    jax.tree.map(lambda leaf: np.testing.assert_equal(leaf.shape[0], 3), carry)
+    logits_BxV, weights_BxS, carry = step(memory, TGT_IN[:, t], carry)
+    np.testing.assert_allclose(logits_BxV, logits_BxTxV[:, t], atol=1e-5, rtol=1e-5)
+    np.testing.assert_allclose(weights_BxS, weights_BxTxS[:, t], atol=1e-6)
+  weights = np.asarray(weights_BxTxS)
+  if config.attention.timing == 'none':
+    np.testing.assert_array_equal(weights, 0.0)
+    return
+  # Padded source positions get exactly zero attention.
+  assert np.all(weights[np.broadcast_to(PAD_BxS[:, None, :], weights.shape)] == 0.0)
+  if config.attention.window == 'global':
+    np.testing.assert_allclose(weights.sum(axis=-1), 1.0, atol=1e-5)
+  if config.attention.window == 'local_m':
+    # p_t = t with D = 1: step t only sees source positions t-1..t+1.
+    t_T, i_S = np.arange(weights.shape[1]), np.arange(weights.shape[2])
+    outside_TxS = np.abs(i_S[None, :] - t_T[:, None]) > 1
+    assert np.all(weights[:, outside_TxS] == 0.0)
+    # Row 0 has no padding: every slot inside its windows gets some weight.
+    assert np.all(weights[0][~outside_TxS] > 0.0)
+
+
+def test_multi_head_weights_are_the_mean_of_the_sown_head_weights():
+  model, variables, _, encode, init_carry, _ = build(CASES['heads2'])
+  memory = encode(SRC)
+  (_, weights_BxS, _), state = model.apply(
+    variables,
+    memory,
+    TGT_IN[:, 0],
+    init_carry(memory),
+    method='decode_step',
+    mutable=['intermediates'],
+  )
+  (heads_BxNx1xS,) = state['intermediates']['decoder']['mha']['attention_weights']
+  assert heads_BxNx1xS.shape == (3, 2, 1, 5)
+  np.testing.assert_allclose(weights_BxS, heads_BxNx1xS.mean(axis=1)[:, 0], atol=1e-6)
+
+
+def test_dropout_active_only_in_training():
+  model, variables, forward, _, _, _ = build(CASES['luong_feed_general_lstm_2layers'])
+  run = jax.jit(lambda key: model.apply(variables, SRC, TGT_IN, train=True, rngs={'dropout': key}))
+  eval_logits = forward(SRC, TGT_IN)[0]
+  np.testing.assert_array_equal(eval_logits, forward(SRC, TGT_IN)[0])
+  train_a, train_b = run(jax.random.key(1)), run(jax.random.key(2))
+  np.testing.assert_array_equal(train_a, run(jax.random.key(1)))
+  assert not np.allclose(train_a, eval_logits, atol=1e-4)
+  assert not np.allclose(train_a, train_b, atol=1e-4)
+
+
+def test_bfloat16_compute_keeps_float32_logits_and_carry():
+  config = make_config(dtype='bfloat16')
+  _, _, forward, encode, init_carry, step = build(config)
+  logits_BxTxV, _ = forward(SRC, TGT_IN)
+  assert logits_BxTxV.dtype == jnp.float32 and np.all(np.isfinite(logits_BxTxV))
+  memory = encode(SRC)
+  _, _, carry = step(memory, TGT_IN[:, 0], init_carry(memory))
+  assert all(leaf.dtype in (jnp.float32, jnp.int32) for leaf in jax.tree.leaves(carry))

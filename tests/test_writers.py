@@ -1,0 +1,178 @@
+"""writers (metrics.jsonl, TensorBoard event files, progress line) and heatmaps (PNG files)."""
+
+import json
+import math
+import struct
+
+import numpy as np
+import pytest
+from tensorboardX.proto import event_pb2
+
+from attnlab import heatmaps, writers
+
+PNG_MAGIC = b'\x89PNG\r\n\x1a\n'
+
+
+def _crc32c(data: bytes) -> int:
+  """Bitwise CRC-32C (Castagnoli), independent of tensorboardX's table implementation."""
+  crc = 0xFFFFFFFF
+  for byte in data:
+    crc ^= byte
+    for _ in range(8):
+      crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+  return crc ^ 0xFFFFFFFF
+
+
+def _masked(data: bytes) -> int:
+  crc = _crc32c(data)
+  return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def _read_events(path):
+  """Parses a TFRecord file of Event protos, checking both CRCs of every record."""
+  data = path.read_bytes()
+  events, pos = [], 0
+  while pos < len(data):
+    header = data[pos : pos + 8]
+    (length,) = struct.unpack('<Q', header)
+    (header_crc,) = struct.unpack('<I', data[pos + 8 : pos + 12])
+    assert header_crc == _masked(header)
+    body = data[pos + 12 : pos + 12 + length]
+    (body_crc,) = struct.unpack('<I', data[pos + 12 + length : pos + 16 + length])
+    assert body_crc == _masked(body)
+    events.append(event_pb2.Event.FromString(body))
+    pos += 16 + length
+  return events
+
+
+def _scalars(tb_dir):
+  files = sorted(tb_dir.glob('events.out.tfevents.*'))
+  assert len(files) == 1
+  out = {}
+  for event in _read_events(files[0]):
+    for value in event.summary.value:
+      out[(event.step, value.tag)] = value.simple_value
+  return out
+
+
+def test_metric_writer_jsonl_and_tensorboard(tmp_path):
+  with writers.MetricWriter(tmp_path / 'run', enabled=True) as w:
+    w.write(10, 'train', {'loss': np.float32(1.5), 'learning_rate': 0.001})
+    w.write(20, 'train', {'loss': 1.25, 'token_accuracy': np.array(0.5)})
+    buckets = [{'bucket': '1-5', 'count': 3, 'mean': 0.5}]
+    w.write(20, 'eval', {'sequence_accuracy': 0.75, 'by_length': buckets, 'search': 'greedy'})
+  lines = (tmp_path / 'run' / 'metrics.jsonl').read_text().splitlines()
+  assert [json.loads(line) for line in lines] == [
+    {'step': 10, 'split': 'train', 'loss': 1.5, 'learning_rate': 0.001},
+    {'step': 20, 'split': 'train', 'loss': 1.25, 'token_accuracy': 0.5},
+    {
+      'step': 20,
+      'split': 'eval',
+      'sequence_accuracy': 0.75,
+      'by_length': buckets,
+      'search': 'greedy',
+    },
+  ]
+  train = _scalars(tmp_path / 'run' / 'tensorboard' / 'train')
+  assert train == pytest.approx(
+    {
+      (10, 'loss'): 1.5,
+      (10, 'learning_rate'): 0.001,
+      (20, 'loss'): 1.25,
+      (20, 'token_accuracy'): 0.5,
+    }
+  )
+  # Only numbers reach TensorBoard; lists and strings stay in metrics.jsonl.
+  assert _scalars(tmp_path / 'run' / 'tensorboard' / 'eval') == {(20, 'sequence_accuracy'): 0.75}
+
+
+def test_metric_writer_appends_on_resume(tmp_path):
+  for step in (1, 2):
+    with writers.MetricWriter(tmp_path, enabled=True) as w:
+      w.write(step, 'train', {'loss': float(step)})
+  lines = (tmp_path / 'metrics.jsonl').read_text().splitlines()
+  assert [json.loads(line)['step'] for line in lines] == [1, 2]
+
+
+def test_disabled_writer_creates_nothing(tmp_path):
+  with writers.MetricWriter(tmp_path / 'other', enabled=False) as w:
+    w.write(1, 'train', {'loss': 1.0})
+  assert not (tmp_path / 'other').exists()
+
+
+def test_reserved_names(tmp_path):
+  with writers.MetricWriter(tmp_path, enabled=True) as w:
+    with pytest.raises(ValueError, match="metric name 'step' is reserved"):
+      w.write(1, 'train', {'step': 3})
+
+
+def test_progress_line(capsys):
+  times = iter([100.0, 110.0, 115.0])
+  line = writers.ProgressLine(1000, start_step=200, clock=lambda: next(times))
+  # 100 steps in 10 s -> 10 steps/s; 700 steps left -> 70 s.
+  out = line.update(300, {'loss': np.float32(2.34567), 'perplexity': 10.4})
+  assert out == 'step 300/1000 (30.0%) | 10.00 steps/s | ETA 1m10s | loss 2.346'
+  assert capsys.readouterr().out == out + '\n'
+  # 700 steps in 5 s -> 140 steps/s; done.
+  assert line.update(1000) == 'step 1000/1000 (100.0%) | 140.00 steps/s | ETA 0m00s'
+
+
+def test_progress_report_and_finish(capsys):
+  times = iter([0.0, 30.0, 125.0])
+  line = writers.ProgressLine(100, start_step=40, clock=lambda: next(times))
+  line.update(50, {'loss': 1.0})
+  report = line.report(50, 'eval', {'loss': 0.5, 'by_length': [{'bucket': '0-4'}], 'n': 7})
+  assert report == 'eval @ step 50 | loss 0.5 | n 7'
+  done = line.finish('/runs/x')
+  assert done == 'done: steps 40-50 of 100 in 2m05s; results in /runs/x'
+  assert capsys.readouterr().out.splitlines()[1:] == [report, done]
+
+
+def _tokens(n, prefix):
+  return [f'{prefix}{i}' for i in range(n)]
+
+
+def test_save_heatmap_writes_png(tmp_path):
+  rng = np.random.default_rng(0)
+  w = rng.random((60, 55))
+  w /= w.sum(axis=1, keepdims=True)
+  path = tmp_path / 'maps' / 'one.png'
+  heatmaps.save_heatmap(path, w, _tokens(55, 's'), _tokens(60, 't'), 'luong / general')
+  data = path.read_bytes()
+  assert data[:8] == PNG_MAGIC and len(data) > 10_000
+  # The PNG header's width and height: the figure grows with the number of tokens.
+  width, height = struct.unpack('>II', data[16:24])
+  small = tmp_path / 'small.png'
+  heatmaps.save_heatmap(small, np.eye(3), list('abc'), list('xyz'), 'tiny')
+  small_width, small_height = struct.unpack('>II', small.read_bytes()[16:24])
+  assert width > small_width and height > small_height
+
+
+def test_save_heatmap_grid(tmp_path):
+  panels = [
+    ('dot', np.eye(4), list('abcd'), list('wxyz')),
+    ('general', np.full((3, 4), 0.25), list('abcd'), list('xyz')),
+    ('concat', np.eye(2), list('ab'), list('yz')),
+  ]
+  path = tmp_path / 'grid.png'
+  heatmaps.save_heatmap_grid(path, panels, ncols=2)
+  assert path.read_bytes()[:8] == PNG_MAGIC
+
+
+def test_heatmap_shape_mismatch():
+  with pytest.raises(
+    ValueError,
+    match=r"'bad': weights have shape \(3, 4\) \[target, source\] "
+    'but there are 3 target and 5 source tokens',
+  ):
+    heatmaps.save_heatmap('/nonexistent/x.png', np.zeros((3, 4)), list('abcde'), list('xyz'), 'bad')
+  with pytest.raises(ValueError, match='weights must be 2-D'):
+    heatmaps.save_heatmap_grid('/nonexistent/x.png', [('p', np.zeros(3), list('abc'), ['x'])])
+  with pytest.raises(ValueError, match='no panels'):
+    heatmaps.save_heatmap_grid('/nonexistent/x.png', [])
+
+
+def test_progress_line_without_progress():
+  line = writers.ProgressLine(10, enabled=False, clock=lambda: 5.0)
+  out = line.update(0, {'loss': math.nan})
+  assert out == 'step 0/10 (0.0%) | ? steps/s | ETA ? | loss nan'
