@@ -166,6 +166,15 @@ class TaskConfig:
   num_train_examples: int = 100_000
   num_eval_examples: int = 500
   data_dir: str = ''
+  keep_stress: bool = False
+  train_files: tuple = ()
+  eval_files: tuple = ()
+  test_files: tuple = ()
+  tokenizer: str = 'char'
+  text_vocab_size: int = 8000
+  max_chars: int = 1000
+  source_language: str = 'de'
+  target_language: str = 'en'
 
   def validate(self, prefix: str = 'task') -> None:
     for key in ('train_lengths', 'eval_lengths'):
@@ -174,6 +183,17 @@ class TaskConfig:
         raise ConfigError(f'{prefix}.{key}={lo_hi!r} must be (min, max) with 0 < min <= max')
     _check_positive(f'{prefix}.num_train_examples', self.num_train_examples)
     _check_positive(f'{prefix}.num_eval_examples', self.num_eval_examples)
+    for key in ('train_files', 'eval_files', 'test_files'):
+      paths = getattr(self, key)
+      if len(paths) > 2 or not all(isinstance(p, str) and p for p in paths):
+        raise ConfigError(f'{prefix}.{key}={paths!r} must be () or (path.tsv,) or '
+                          '(source_path, target_path)')
+    check_choice(f'{prefix}.tokenizer', self.tokenizer, ('char', 'word', 'sentencepiece'))
+    _check_positive(f'{prefix}.text_vocab_size', self.text_vocab_size)
+    _check_positive(f'{prefix}.max_chars', self.max_chars)
+    if self.source_language == self.target_language:
+      raise ConfigError(f'{prefix}.source_language and {prefix}.target_language are both '
+                        f'{self.source_language!r}; choose two different languages')
 
 
 @dataclasses.dataclass(frozen=True)

@@ -4,7 +4,8 @@ Teacher forcing gives loss, perplexity and token accuracy (run data-parallel lik
 Free decoding (greedy or beam, `eval.search`) gives the sequence accuracy, its breakdown by
 source length (the view of Bahdanau et al. 2015, Fig. 2) and attention statistics; process 0
 writes decoded samples to `samples/` and attention heatmaps of the split's first examples to
-`attention/`.
+`attention/`. In multi-process runs each process decodes its share of every eval batch and the
+shares are gathered, so every process computes the metrics over the whole split.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import os
 import jax
 import numpy as np
 
-from attnlab import data, heatmaps, metrics, search, steps
+from attnlab import data, distributed, heatmaps, metrics, search, steps
 from attnlab.config import RunConfig
 from attnlab.models import EOS_ID, PAD_ID
 from attnlab.parallel import DataParallel
@@ -80,6 +81,8 @@ class Evaluator:
     result = metrics.summarize(self.parallel.fetch_sums(sums))
     result['teacher_forced_sequence_accuracy'] = result.pop('sequence_accuracy')
     params = self.parallel.fetch(replicated_params)
+    if jax.process_count() > 1:  # each process decodes with its own copy: they must agree
+      distributed.check_same_on_all_processes(params, f'params at step {step} ({split})')
     rows = self._decode_rows(params, batches)
     result.update(self._decoded_metrics(split, rows))
     if self.enabled:
@@ -92,6 +95,9 @@ class Evaluator:
     for batch in batches:
       out = self._decode(params, batch['source'],
                          max_length=self.max_decode_length(batch['target'].shape[1]))
+      # Each process decoded its share of the global batch (same shapes on all processes);
+      # gathered in process order, every process holds the rows of the whole split.
+      batch, out = distributed.gather_rows((batch, jax.device_get(out)))
       tokens, attention = np.asarray(out.tokens_BxT), np.asarray(out.attention_BxTxS)
       lengths = np.asarray(out.lengths_B)
       for b in np.flatnonzero(batch['weight']):
@@ -112,6 +118,7 @@ class Evaluator:
     out = {'sequence_accuracy': float(correct.mean()) if len(rows) else 0.0,
            'num_examples': len(rows),
            'by_length': metrics.by_length_bucket(lengths, correct, edges)}
+    out.update(self.task.decoded_metrics(split, rows))
     if self.cfg.model.attention.timing != 'none' or self.cfg.model.kind == 'transformer':
       entropies = [metrics.attention_entropy(r['attention']) for r in rows]
       out['attention_entropy'] = float(np.mean(entropies)) if entropies else 0.0

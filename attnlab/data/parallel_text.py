@@ -1,0 +1,206 @@
+"""A user's own parallel corpus from plain-text files (`task.name = 'parallel_text'`).
+
+Each split is given by a config field holding one or two paths:
+  task.train_files = ('train.tsv',)               one TSV file: source<TAB>target per line
+  task.train_files = ('train.de', 'train.en')     two line-aligned files
+and likewise `task.eval_files` and `task.test_files` (all three are required).
+
+Bad input raises an error that names the file and the 1-based line: bytes that are not UTF-8,
+a TSV line without exactly one tab, files of different line counts, a missing file. Pairs with
+an empty side, or a side longer than `task.max_chars` characters, are dropped and counted
+(`ParallelText.dropped`, logged per split). Surrounding whitespace is stripped.
+
+Tokenization (`task.tokenizer`, the same for both sides, vocabularies built from the training
+split only): 'char' and 'word' keep the `task.text_vocab_size` most frequent symbols per side;
+'sentencepiece' trains a unigram model per side with `task.text_vocab_size` pieces (cached in
+`<data_dir>/attnlab_sentencepiece/`; train.py saves it into the workdir with the vocabularies).
+
+Scores of decoded output: corpus BLEU and chrF (sacrebleu, default 13a tokenization) of the
+detokenized hypotheses against the raw reference lines, overall and by source length.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from absl import logging
+
+from attnlab import metrics
+from attnlab.data import tfds_tasks
+from attnlab.data.sentencepiece_vocab import SentencePieceVocab, train_sentencepiece
+from attnlab.data.tasks import SPLITS, Task
+from attnlab.data.vocab import Vocab
+
+TOKENIZERS = ('char', 'word', 'sentencepiece')
+BLEU_BUCKET_WIDTH = 10  # source tokens per bucket of `bleu_by_length`
+
+
+def _read_lines(path: str, key: str) -> list[str]:
+  """UTF-8 lines of `path` without line endings; errors name the file and line."""
+  if not os.path.isfile(path):
+    raise FileNotFoundError(f'{key}: file {path!r} does not exist')
+  with open(path, 'rb') as f:
+    raw = f.read()
+  lines = raw.split(b'\n')
+  if lines and lines[-1] == b'':
+    lines.pop()  # the final newline ends the last line; it does not start a new one
+  out = []
+  for number, line in enumerate(lines, start=1):
+    try:
+      out.append(line.decode('utf-8').removesuffix('\r'))
+    except UnicodeDecodeError as e:
+      raise ValueError(
+        f'{path}:{number}: bytes {line[e.start : e.end]!r} at column {e.start + 1} are not '
+        f'valid UTF-8 ({e.reason}); convert the file to UTF-8'
+      ) from None
+  return out
+
+
+def read_pairs(paths: Sequence[str], key: str) -> list[tuple[str, str, int]]:
+  """(source, target, line number) of every line of a TSV file or two aligned files."""
+  paths = tuple(paths)
+  if len(paths) == 1:
+    pairs = []
+    for number, line in enumerate(_read_lines(paths[0], key), start=1):
+      if not line.strip():
+        pairs.append(('', '', number))  # a blank line: an empty pair, dropped and counted
+        continue
+      if line.count('\t') != 1:
+        raise ValueError(
+          f'{paths[0]}:{number}: expected source<TAB>target, found {line.count(chr(9))} tabs'
+        )
+      source, target = line.split('\t')
+      pairs.append((source, target, number))
+    return pairs
+  if len(paths) == 2:
+    sources, targets = (_read_lines(p, key) for p in paths)
+    if len(sources) != len(targets):
+      raise ValueError(
+        f'{key}: {paths[0]} has {len(sources)} lines but {paths[1]} has {len(targets)}; '
+        'the two files must be line-aligned'
+      )
+    return [(s, t, n) for n, (s, t) in enumerate(zip(sources, targets, strict=True), start=1)]
+  raise ValueError(f'{key}={paths!r} must hold one TSV path or two aligned paths')
+
+
+class ParallelText:
+  """One split of a parallel corpus in memory: `split[i] -> {'source', 'target', 'index',
+  'line'}` ('line': 1-based line number in the files). `dropped` counts removed pairs."""
+
+  def __init__(self, paths: Sequence[str], *, max_chars: int, key: str = 'files'):
+    self.paths = tuple(paths)
+    self.dropped = {'empty': 0, 'too_long': 0}
+    self._pairs = []
+    for source, target, line in read_pairs(paths, key):
+      source, target = source.strip(), target.strip()
+      if not source or not target:
+        self.dropped['empty'] += 1
+      elif max(len(source), len(target)) > max_chars:
+        self.dropped['too_long'] += 1
+      else:
+        self._pairs.append((source, target, line))
+    logging.info(
+      '%s: kept %d pairs; dropped %d with an empty side and %d longer than %d characters',
+      ', '.join(self.paths),
+      len(self._pairs),
+      self.dropped['empty'],
+      self.dropped['too_long'],
+      max_chars,
+    )
+    if not self._pairs:
+      raise ValueError(f'{key}: no usable pairs in {", ".join(self.paths)} ({self.dropped})')
+
+  def __len__(self) -> int:
+    return len(self._pairs)
+
+  def __getitem__(self, index: int) -> dict[str, Any]:
+    index = int(index)
+    if not 0 <= index < len(self._pairs):
+      raise IndexError(f'index {index} out of range for {len(self._pairs)} examples')
+    source, target, line = self._pairs[index]
+    return {'source': source, 'target': target, 'index': index, 'line': line}
+
+  def column(self, key: str) -> list[str]:
+    position = {'source': 0, 'target': 1}[key]
+    return [pair[position] for pair in self._pairs]
+
+
+def make_vocab(
+  texts: Sequence[str], tokenizer: str, size: int, cache_dir: str | None = None
+) -> Vocab | SentencePieceVocab:
+  """A vocabulary of one side from its training texts (deterministic)."""
+  if tokenizer not in TOKENIZERS:
+    raise ValueError(f'unknown tokenizer {tokenizer!r}; choose from {", ".join(TOKENIZERS)}')
+  if tokenizer == 'sentencepiece':
+    return train_sentencepiece(texts, size, cache_dir)
+  full = Vocab.build(texts, tokenizer)  # most frequent first
+  return Vocab(full.symbols[:size], tokenizer)
+
+
+def translation_metrics(
+  split_fn: Callable[[str], Any], source_vocab, target_vocab
+) -> Callable[[str, list[dict]], dict]:
+  """decoded_metrics for translation: BLEU/chrF overall and BLEU by source length."""
+
+  def decoded_metrics(split: str, rows: list[dict]) -> dict:
+    if not rows:
+      return {}
+    source = split_fn(split)
+    hyps = [target_vocab.decode(r['hypothesis']) for r in rows]
+    refs = [source[r['index']]['target'] for r in rows]
+    out = metrics.bleu_chrf(hyps, refs)
+    lengths = [len(source_vocab.encode(source[r['index']]['source'])) - 1 for r in rows]
+    top = max(lengths) // BLEU_BUCKET_WIDTH + 1
+    buckets = []
+    for k in range(top):
+      lo, hi = k * BLEU_BUCKET_WIDTH, (k + 1) * BLEU_BUCKET_WIDTH
+      chosen = [i for i, n in enumerate(lengths) if lo <= n < hi]
+      bleu = None
+      if chosen:
+        bleu = metrics.bleu_chrf([hyps[i] for i in chosen], [refs[i] for i in chosen])['bleu']
+      buckets.append({'bucket': f'{lo}-{hi - 1}', 'count': len(chosen), 'bleu': bleu})
+    out['bleu_by_length'] = buckets
+    return out
+
+  return decoded_metrics
+
+
+def translation_task(
+  name: str, source_vocab, target_vocab, splits: Mapping[str, Callable[[], Any]]
+) -> Task:
+  """A Task whose decoded output is scored with BLEU/chrF against the raw target text."""
+  holder: dict[str, Task] = {}
+  score = translation_metrics(lambda s: holder['task'].split(s), source_vocab, target_vocab)
+  holder['task'] = Task(name, source_vocab, target_vocab, splits, decoded_metrics=score)
+  return holder['task']
+
+
+def build_task(config: Any) -> Task:
+  """The `parallel_text` task from `config.task` (files, tokenizer, sizes, data_dir)."""
+  t = config.task
+  for split in SPLITS:
+    if not getattr(t, f'{split}_files'):
+      raise ValueError(
+        f'task.{split}_files is empty; set it to (path.tsv,) or (source_path, target_path)'
+      )
+  splits = {
+    s: ParallelText(getattr(t, f'{s}_files'), max_chars=t.max_chars, key=f'task.{s}_files')
+    for s in SPLITS
+  }
+  cache = tfds_tasks.sentencepiece_cache(config) if t.tokenizer == 'sentencepiece' else None
+  train = splits['train']
+  step = max(1, -(-len(train) // tfds_tasks.MAX_SENTENCEPIECE_SENTENCES))
+  source_vocab, target_vocab = (
+    make_vocab(
+      train.column(side)[::step] if cache else train.column(side),
+      t.tokenizer,
+      t.text_vocab_size,
+      cache,
+    )
+    for side in ('source', 'target')
+  )
+  return translation_task(
+    'parallel_text', source_vocab, target_vocab, {s: (lambda x=x: x) for s, x in splits.items()}
+  )

@@ -1,0 +1,166 @@
+"""SentencePiece subword vocabularies with the same interface as `vocab.Vocab`.
+
+The model is trained on the training side of a corpus with the special ids of attnlab
+(PAD_ID=0, BOS_ID=1, EOS_ID=2, UNK_ID=3), so SentencePiece ids are model ids directly.
+`save` writes the serialized model into the JSON file that train.py saves into the workdir
+(`source_vocab.json` / `target_vocab.json`), so a run directory always holds its tokenizer;
+`load_vocab` reads either kind of vocabulary file back.
+
+Training is deterministic for the same sentences and options: the thread count is fixed
+(SentencePiece's result depends on it) and callers pass an explicit, deterministic sample.
+Trained models are cached under a content hash, so a resumed run reuses the same model.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import json
+import os
+from collections.abc import Iterable, Sequence
+
+import sentencepiece as spm
+
+from attnlab.data.vocab import SPECIAL_TOKENS, Vocab
+from attnlab.models import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+
+MODE = 'sentencepiece'
+TRAIN_THREADS = 4  # fixed: SentencePiece's output depends on the number of threads
+MODEL_TYPE = 'unigram'
+
+
+class SentencePieceVocab:
+  """Text <-> subword ids. `encode` appends EOS; `decode` stops at EOS and detokenizes."""
+
+  mode = MODE
+
+  def __init__(self, model_proto: bytes):
+    self.model_proto = bytes(model_proto)
+    self._sp = spm.SentencePieceProcessor(model_proto=self.model_proto)
+    ids = (self._sp.pad_id(), self._sp.bos_id(), self._sp.eos_id(), self._sp.unk_id())
+    if ids != (PAD_ID, BOS_ID, EOS_ID, UNK_ID):
+      raise ValueError(
+        f'SentencePiece model has pad/bos/eos/unk ids {ids}; attnlab needs '
+        f'{(PAD_ID, BOS_ID, EOS_ID, UNK_ID)} (train it with `train_sentencepiece`)'
+      )
+
+  @property
+  def size(self) -> int:
+    return self._sp.get_piece_size()
+
+  def __len__(self) -> int:
+    return self.size
+
+  def __eq__(self, other) -> bool:
+    return isinstance(other, SentencePieceVocab) and self.model_proto == other.model_proto
+
+  def __hash__(self) -> int:
+    return hash(self.model_proto)
+
+  def __repr__(self) -> str:
+    return f'SentencePieceVocab(size={self.size})'
+
+  def encode(self, text: str) -> list[int]:
+    return list(self._sp.encode(text)) + [EOS_ID]
+
+  def pieces(self, text: str) -> list[str]:
+    return list(self._sp.encode(text, out_type=str))
+
+  def _check(self, i: int) -> int:
+    if not 0 <= i < self.size:
+      raise ValueError(f'id {i} is outside this vocabulary (size {self.size})')
+    return i
+
+  def decode(self, ids: Iterable[int]) -> str:
+    """Detokenized text of `ids` up to the first EOS, skipping PAD and BOS."""
+    kept = []
+    for i in ids:
+      i = self._check(int(i))
+      if i == EOS_ID:
+        break
+      if i not in (PAD_ID, BOS_ID):
+        kept.append(i)
+    return self._sp.decode(kept)
+
+  def tokens(self, ids: Iterable[int]) -> list[str]:
+    """One label per id up to and including the first EOS, before PAD (heatmap axes)."""
+    out = []
+    for i in ids:
+      i = self._check(int(i))
+      if i == PAD_ID:
+        break
+      out.append(SPECIAL_TOKENS[i] if i < len(SPECIAL_TOKENS) else self._sp.id_to_piece(i))
+      if i == EOS_ID:
+        break
+    return out
+
+  def to_json(self) -> dict:
+    return {'mode': MODE, 'model': base64.b64encode(self.model_proto).decode('ascii')}
+
+  @classmethod
+  def from_json(cls, data: dict) -> SentencePieceVocab:
+    return cls(base64.b64decode(data['model']))
+
+  def save(self, path: str | os.PathLike) -> None:
+    with open(path, 'w', encoding='utf-8') as f:
+      json.dump(self.to_json(), f)
+
+
+def load_vocab(path: str | os.PathLike) -> Vocab | SentencePieceVocab:
+  """Reads a vocabulary file written by `Vocab.save` or `SentencePieceVocab.save`."""
+  with open(path, encoding='utf-8') as f:
+    data = json.load(f)
+  if data.get('mode') == MODE:
+    return SentencePieceVocab.from_json(data)
+  return Vocab.from_json(data)
+
+
+def train_sentencepiece(
+  sentences: Sequence[str], vocab_size: int, cache_dir: str | os.PathLike | None = None
+) -> SentencePieceVocab:
+  """Trains a unigram SentencePiece model on `sentences` (deterministic; cached if asked).
+
+  Args:
+    sentences: training text, one sentence per item (empty ones are skipped).
+    vocab_size: pieces including the 4 special tokens; an upper bound (a small corpus may give
+      fewer pieces rather than fail).
+    cache_dir: if set, the model is stored there as `<sha256 of sentences and options>.model`
+      and reused by later calls with the same input.
+  """
+  if vocab_size <= len(SPECIAL_TOKENS):
+    raise ValueError(f'vocab_size={vocab_size} must exceed the {len(SPECIAL_TOKENS)} specials')
+  sentences = [s for s in sentences if s.strip()]
+  if not sentences:
+    raise ValueError('no non-empty sentences to train a SentencePiece model on')
+  options = dict(
+    vocab_size=int(vocab_size),
+    model_type=MODEL_TYPE,
+    pad_id=PAD_ID,
+    bos_id=BOS_ID,
+    eos_id=EOS_ID,
+    unk_id=UNK_ID,
+    hard_vocab_limit=False,
+    num_threads=TRAIN_THREADS,
+    input_sentence_size=0,  # the caller samples; SentencePiece's own sampling is seeded by time
+    minloglevel=2,
+  )
+  path = None
+  if cache_dir:
+    digest = hashlib.sha256(json.dumps(options, sort_keys=True).encode())
+    for s in sentences:
+      digest.update(s.encode('utf-8') + b'\n')
+    path = os.path.join(cache_dir, f'{digest.hexdigest()[:32]}.model')
+    if os.path.exists(path):
+      with open(path, 'rb') as f:
+        return SentencePieceVocab(f.read())
+  buffer = io.BytesIO()
+  spm.SentencePieceTrainer.train(sentence_iterator=iter(sentences), model_writer=buffer, **options)
+  vocab = SentencePieceVocab(buffer.getvalue())
+  if path:
+    os.makedirs(cache_dir, exist_ok=True)
+    tmp = f'{path}.tmp{os.getpid()}'
+    with open(tmp, 'wb') as f:
+      f.write(vocab.model_proto)
+    os.replace(tmp, path)  # atomic: concurrent processes never read half a model
+  return vocab

@@ -1,0 +1,152 @@
+"""TFDS plumbing shared by the real tasks, and the WMT'14 task (TFDS's `wmt14_translate`).
+
+Real datasets are TFDS builders prepared as array_record into `config.task.data_dir` ('' = TFDS's
+default, `$TFDS_DATA_DIR` or ~/tensorflow_datasets) and read with `as_data_source`: TensorFlow is
+never imported. Preparing is a no-op once the files exist.
+
+A prepared split is read once into memory (`TfdsSplit`): array_record random access costs ~1 ms
+per record here while bulk reads cost ~50 us, and the pipeline's length pre-pass touches every
+example anyway. Attnlab's split names map onto TFDS's: train -> train, eval -> validation,
+test -> test.
+
+WMT'14 (`task.name = 'wmt14_translate'`, `task.source_language`, `task.target_language`) needs
+internet to download and an accelerator to train; tests use `tfds.testing.mock_data`.
+SentencePiece models (one per side, `task.text_vocab_size` pieces) are trained on an evenly
+spaced sample of at most `MAX_SENTENCEPIECE_SENTENCES` training sentences and cached in
+`<data_dir>/attnlab_sentencepiece/`.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import tensorflow_datasets as tfds
+from absl import logging
+
+from attnlab.data.tasks import SPLITS, Task
+
+TFDS_SPLITS = {'train': 'train', 'eval': 'validation', 'test': 'test'}
+READ_CHUNK = 4096  # records per bulk read
+MAX_SENTENCEPIECE_SENTENCES = 1_000_000
+
+
+def data_dir(config: Any) -> str:
+  """`config.task.data_dir`, or TFDS's default data dir when it is ''."""
+  return os.path.expanduser(config.task.data_dir) if config.task.data_dir else tfds_default_dir()
+
+
+def tfds_default_dir() -> str:
+  return os.path.expanduser(os.environ.get('TFDS_DATA_DIR') or tfds.core.constants.DATA_DIR)
+
+
+def sentencepiece_cache(config: Any) -> str:
+  return os.path.join(data_dir(config), 'attnlab_sentencepiece')
+
+
+def _python(value: Any) -> Any:
+  """TFDS numpy values -> str / list[str] / int (Text features come back as bytes)."""
+  if isinstance(value, bytes):
+    return value.decode('utf-8')
+  if isinstance(value, list | tuple) or (isinstance(value, np.ndarray) and value.ndim == 1):
+    return [_python(v) for v in list(value)]
+  if isinstance(value, np.generic):
+    return value.item()
+  return value
+
+
+class TfdsSplit:
+  """One prepared split held in memory: `split[i] -> {renamed fields..., 'index': i}`.
+
+  Args:
+    data_source: a TFDS data source (`builder.as_data_source(split=...)`).
+    fields: record key -> output key, e.g. {'de': 'source', 'en': 'target'}; other keys are
+      not kept.
+  """
+
+  def __init__(self, data_source: Sequence[Mapping[str, Any]], fields: Mapping[str, str]):
+    self._columns: dict[str, list] = {out: [] for out in fields.values()}
+    n = len(data_source)
+    for start in range(0, n, READ_CHUNK):
+      for record in data_source.__getitems__(list(range(start, min(start + READ_CHUNK, n)))):
+        for key, out in fields.items():
+          self._columns[out].append(_python(record[key]))
+    self._size = n
+
+  def __len__(self) -> int:
+    return self._size
+
+  def __getitem__(self, index: int) -> dict[str, Any]:
+    index = int(index)
+    if not 0 <= index < self._size:
+      raise IndexError(f'index {index} out of range for {self._size} examples')
+    example = {key: column[index] for key, column in self._columns.items()}
+    example['index'] = index
+    return example
+
+  def column(self, key: str) -> list:
+    """All values of one field, in index order."""
+    return self._columns[key]
+
+
+def prepared(builder: tfds.core.DatasetBuilder) -> tfds.core.DatasetBuilder:
+  """Prepares `builder` as array_record if its files are not there yet."""
+  builder.download_and_prepare(file_format='array_record')
+  return builder
+
+
+def read_splits(
+  builder: tfds.core.DatasetBuilder, fields: Mapping[str, str]
+) -> dict[str, functools.partial]:
+  """attnlab split name -> zero-argument function reading that split into a `TfdsSplit`."""
+
+  def read(split: str) -> TfdsSplit:
+    return TfdsSplit(builder.as_data_source(split=TFDS_SPLITS[split]), fields)
+
+  return {s: functools.partial(read, s) for s in SPLITS}
+
+
+def _wmt14_pairs() -> tuple[str, ...]:
+  from tensorflow_datasets.translate import wmt14  # Registers wmt14_translate with TFDS.
+
+  return tuple(c.name for c in wmt14.Wmt14Translate.BUILDER_CONFIGS)
+
+
+def build_wmt14_task(config: Any) -> Task:
+  """`wmt14_translate/<xx>-en` from `task.source_language` -> `task.target_language`."""
+  from attnlab.data import parallel_text  # Deferred: parallel_text imports this module.
+
+  t = config.task
+  pairs = _wmt14_pairs()
+  languages = sorted({lang for p in pairs for lang in p.split('-')})
+  for key in ('source_language', 'target_language'):
+    if getattr(t, key) not in languages:
+      raise ValueError(
+        f'task.{key}={getattr(t, key)!r} is not in WMT14; choose from {", ".join(languages)}'
+      )
+  src, tgt = t.source_language, t.target_language
+  pair = f'{src}-{tgt}' if tgt == 'en' else f'{tgt}-{src}'
+  if pair not in pairs:
+    raise ValueError(
+      f'WMT14 has no pair {src}->{tgt}; choose a direction of {", ".join(sorted(pairs))}'
+    )
+  builder = prepared(tfds.builder(f'wmt14_translate/{pair}', data_dir=data_dir(config)))
+  splits = read_splits(builder, {src: 'source', tgt: 'target'})
+  train = splits['train']()
+  splits['train'] = lambda: train
+  step = max(1, -(-len(train) // MAX_SENTENCEPIECE_SENTENCES))
+  source_vocab, target_vocab = (
+    parallel_text.make_vocab(
+      train.column(side)[::step], 'sentencepiece', t.text_vocab_size, sentencepiece_cache(config)
+    )
+    for side in ('source', 'target')
+  )
+  logging.info(
+    '%s: %d train pairs; vocab %d -> %d', pair, len(train), source_vocab.size, target_vocab.size
+  )
+  return parallel_text.translation_task(
+    f'wmt14_translate/{src}-{tgt}', source_vocab, target_vocab, splits
+  )

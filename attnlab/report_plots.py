@@ -1,0 +1,205 @@
+"""The report's PNG plots of one group of variants (matplotlib, Agg, no display).
+
+    metric     the test metric per variant: mean with a std error bar, each seed as a dot
+    by_length  test sequence accuracy per source-length bucket (Bahdanau et al. 2015, Fig. 2)
+    curves     training loss and the eval metric against the step
+    attention  the same test examples' attention heatmaps across variants (one seed)
+
+For the attention grid the weights come from attention/test_stepNNNNNNN.npz (keys
+`weights_<index>`, `source_<index>`, `output_<index>` per heatmap example); without it the
+grid tiles the per-example heatmap PNGs that the evaluation wrote.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+
+import numpy as np
+from matplotlib import image as mpimg
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from attnlab import heatmaps
+from attnlab.trials import SEED_KEY, config_label
+
+MAX_EXAMPLES = 2  # rows of the attention grid
+_PNG_NAME = re.compile(r'^test_step(\d+)_ex(\d+)\.png$')
+
+
+def _save(fig: Figure, path: str) -> None:
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  FigureCanvasAgg(fig)
+  fig.savefig(path, format='png', dpi=110)
+
+
+def _height(n: int) -> float:
+  return max(2.5, 0.35 * n + 1.2)
+
+
+def plot_metric(path: str, variants: Sequence, metric: str) -> bool:
+  rows = [(v.label, v.values(metric)) for v in variants]
+  rows = [(label, values) for label, values in rows if values]
+  if not rows:
+    return False
+  fig = Figure(figsize=(7.0, _height(len(rows))), layout='constrained')
+  ax = fig.add_subplot()
+  y = np.arange(len(rows))
+  means = [np.mean(values) for _, values in rows]
+  stds = [np.std(values, ddof=1) if len(values) > 1 else 0.0 for _, values in rows]
+  ax.barh(y, means, xerr=stds, color='#8fb3d9', capsize=4)
+  for i, (_, values) in enumerate(rows):
+    ax.plot(values, [i] * len(values), 'o', color='#1f3b5c', markersize=3)
+  ax.set_yticks(y)
+  ax.set_yticklabels([label for label, _ in rows], fontsize=8)
+  ax.invert_yaxis()
+  ax.set_xlabel(f'test {metric} (mean ± std over seeds; dots: seeds)')
+  _save(fig, path)
+  return True
+
+
+def _bucket_start(name: str) -> float:
+  return float(re.match(r'\d+', name).group())
+
+
+def plot_by_length(path: str, variants: Sequence) -> bool:
+  series = {}
+  for v in variants:
+    per_bucket: dict[str, list[float]] = {}
+    for r in v.finished:
+      for b in r.test.get('by_length') or []:
+        if b.get('count') and b.get('mean') is not None:
+          per_bucket.setdefault(b['bucket'], []).append(float(b['mean']))
+    if per_bucket:
+      series[v.label] = per_bucket
+  if not series:
+    return False
+  buckets = sorted({b for s in series.values() for b in s}, key=_bucket_start)
+  fig = Figure(figsize=(7.5, 4.2), layout='constrained')
+  ax = fig.add_subplot()
+  x = np.arange(len(buckets))
+  for label, per_bucket in series.items():
+    xs = [i for i, b in enumerate(buckets) if b in per_bucket]
+    values = [per_bucket[buckets[i]] for i in xs]
+    errs = [np.std(v, ddof=1) if len(v) > 1 else 0.0 for v in values]
+    ax.errorbar(xs, [np.mean(v) for v in values], yerr=errs, marker='o', capsize=3,
+                label=label)
+  ax.set_xticks(x)
+  ax.set_xticklabels(buckets)
+  ax.set_xlabel('source length (tokens)')
+  ax.set_ylabel('test sequence accuracy')
+  ax.set_ylim(-0.02, 1.02)
+  ax.legend(fontsize=7)
+  _save(fig, path)
+  return True
+
+
+def _curve(results, split: str, key: str) -> tuple[list[int], list[float]]:
+  """Mean over seeds of `key` at the steps every seed logged."""
+  per_seed = [{e['step']: e[key] for e in r.events if e.get('split') == split and key in e}
+              for r in results]
+  per_seed = [s for s in per_seed if s]
+  if not per_seed:
+    return [], []
+  steps = sorted(set.intersection(*(set(s) for s in per_seed)))
+  return steps, [float(np.mean([s[t] for s in per_seed])) for t in steps]
+
+
+def plot_curves(path: str, variants: Sequence, metric: str) -> bool:
+  panels = [('train', 'loss', 'training loss'), ('eval', metric, f'eval {metric}')]
+  drawn = [p for p in panels if any(_curve(v.finished, p[0], p[1])[0] for v in variants)]
+  if not drawn:
+    return False
+  fig = Figure(figsize=(5.0 * len(drawn) + 1.5, 4.0), layout='constrained')
+  axes = fig.subplots(1, len(drawn), squeeze=False)[0]
+  for ax, (split, key, title) in zip(axes, drawn, strict=True):
+    for v in variants:
+      steps, values = _curve(v.finished, split, key)
+      if steps:
+        ax.plot(steps, values, marker='.', label=v.label)
+    ax.set_xlabel('step')
+    ax.set_title(f'{title} (mean over seeds)', fontsize=9)
+  axes[-1].legend(fontsize=7)
+  _save(fig, path)
+  return True
+
+
+def _heatmap_trials(variants: Sequence) -> list:
+  """One finished trial per variant, all with the same seed where possible (same examples)."""
+  seeds = [{r.trial.overrides.get(SEED_KEY) for r in v.finished} for v in variants
+           if v.finished]
+  common = sorted(set.intersection(*seeds), key=str) if seeds else []
+  chosen = []
+  for v in variants:
+    pick = [r for r in v.finished if common and r.trial.overrides.get(SEED_KEY) == common[0]]
+    if pick or v.finished:
+      chosen.append((v.label, (pick or v.finished)[0]))
+  return chosen
+
+
+def _npz(result) -> str:
+  return os.path.join(result.directory, 'attention', f"test_step{result.final['step']:07d}.npz")
+
+
+def _pngs(result) -> dict[int, str]:
+  folder, step = os.path.join(result.directory, 'attention'), result.final['step']
+  out = {}
+  for name in os.listdir(folder) if os.path.isdir(folder) else ():
+    match = _PNG_NAME.match(name)
+    if match and int(match.group(1)) == step:
+      out[int(match.group(2))] = os.path.join(folder, name)
+  return out
+
+
+def plot_attention(path: str, variants: Sequence) -> bool:
+  chosen = [(label, r) for label, r in _heatmap_trials(variants)
+            if os.path.isfile(_npz(r)) or _pngs(r)]
+  if not chosen:
+    return False  # e.g. only timing=none variants: no attention to show
+  if all(os.path.isfile(_npz(r)) for _, r in chosen):
+    arrays = []
+    for label, r in chosen:
+      with np.load(_npz(r)) as data:
+        arrays.append((label, r, {k: data[k] for k in data.files}))
+    indices = set.intersection(*({int(k.split('_')[1]) for k in a if k.startswith('weights_')}
+                                 for _, _, a in arrays))
+    panels = []
+    for index in sorted(indices)[:MAX_EXAMPLES]:
+      for label, r, a in arrays:
+        seed = r.trial.overrides.get(SEED_KEY)
+        panels.append((f'{label}\n#{index} (seed {seed})', a[f'weights_{index}'],
+                       [str(t) for t in a[f'source_{index}']],
+                       [str(t) for t in a[f'output_{index}']]))
+    if panels:
+      heatmaps.save_heatmap_grid(path, panels, ncols=len(arrays))
+      return True
+    return False
+  pngs = [(label, r, _pngs(r)) for label, r in chosen]
+  indices = sorted(set.intersection(*(set(p) for _, _, p in pngs)))[:MAX_EXAMPLES]
+  if not indices:
+    return False
+  fig = Figure(figsize=(3.2 * len(pngs), 3.4 * len(indices)), layout='constrained')
+  axes = fig.subplots(len(indices), len(pngs), squeeze=False)
+  for row, index in enumerate(indices):
+    for col, (label, r, files) in enumerate(pngs):
+      ax = axes[row][col]
+      ax.imshow(mpimg.imread(files[index]))
+      ax.set_axis_off()
+      ax.set_title(f"{label}\n#{index} (seed {r.trial.overrides.get(SEED_KEY)})", fontsize=7)
+  _save(fig, path)
+  return True
+
+
+def plot_group(workdir: str, group: str, variants: Sequence, metric: str) -> dict[str, str]:
+  """Writes the group's plots; returns kind -> path relative to `workdir` of those drawn."""
+  slug = config_label(group)
+  drawn = {}
+  for kind, draw in (('metric', lambda p: plot_metric(p, variants, metric)),
+                     ('by_length', lambda p: plot_by_length(p, variants)),
+                     ('curves', lambda p: plot_curves(p, variants, metric)),
+                     ('attention', lambda p: plot_attention(p, variants))):
+    relative = os.path.join('plots', f'{slug}-{kind}.png')
+    if draw(os.path.join(workdir, relative)):
+      drawn[kind] = relative
+  return drawn

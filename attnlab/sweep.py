@@ -1,0 +1,135 @@
+"""Run an experiment file as a sweep of trials, locally or as a SLURM job array.
+
+    python -m attnlab.sweep experiments/score_timing.py --workdir=runs/score_timing \
+        [--parallel=2] [--dry_run] [--backend=local|slurm] [--submit]
+
+Each trial (attnlab/trials.py) runs `python -m attnlab.main` in its own process and directory
+DIR/NAME, so a crash cannot take the sweep down. Every trial's config is checked first; one
+that does not build is recorded as failed and the rest run. Rerunning the command skips
+finished trials (final_metrics.json present) and continues the others from their checkpoints
+(an interrupted sweep resumes). A failed trial keeps its error in DIR/NAME/sweep_status.json
+and its output in DIR/NAME/sweep_log.txt. DIR/sweep.json lists the trials. At the end the
+report is written (`python -m attnlab.report DIR`; skip with --noreport).
+
+--backend=slurm writes DIR/slurm/sweep.sbatch, a job array with one task per unfinished
+trial (each task runs this module with --trial=NAME); --submit also runs `sbatch` on it, with
+--sbatch_args (e.g. '--partition=gpu --gres=gpu:1 --time=2:00:00').
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+
+from absl import app, flags
+
+from attnlab import sweep_runner, trials as trials_lib
+from attnlab.trials import SweepError
+
+_WORKDIR = flags.DEFINE_string('workdir', None, 'Sweep directory: one subdirectory per trial.')
+_PARALLEL = flags.DEFINE_integer('parallel', 1, 'Trials at once (local); array throttle (slurm, '
+                                 '0 = no limit).')
+_DRY_RUN = flags.DEFINE_bool('dry_run', False, 'List the trials and their state; run nothing.')
+_BACKEND = flags.DEFINE_enum('backend', 'local', ['local', 'slurm'], 'Where trials run.')
+_SUBMIT = flags.DEFINE_bool('submit', False, 'slurm: submit the script with sbatch.')
+_SBATCH_ARGS = flags.DEFINE_string('sbatch_args', '', 'slurm: extra sbatch options.')
+_TRIAL = flags.DEFINE_string('trial', None, 'Run only this trial (name); used by slurm tasks.')
+_REPORT = flags.DEFINE_bool('report', True, 'Write the report when the trials are done.')
+_PROGRESS_EVERY = flags.DEFINE_float('progress_every', 30.0, 'Seconds between progress lines.')
+
+
+def _print(line: str = '', out=None) -> None:
+  print(line, file=out or sys.stdout, flush=True)
+
+
+def describe(experiment, workdir, states, configs, errors, out=None) -> None:
+  """The dry-run listing: one line per trial with its state and number of steps."""
+  fixed = ', '.join(f'{k}={trials_lib.format_value(v)}' for k, v in experiment.fixed.items())
+  _print(f'{experiment.path}: {len(experiment.trials)} trials from {experiment.base}'
+         + (f' with {fixed}' if fixed else ''), out)
+  _print(f'each runs: {sys.executable} -m attnlab.main --config=CONFIG '
+         f'--workdir={os.path.join(workdir, "NAME")} --config.KEY=VALUE ...', out)
+  _print(f'  {"#":>3}  {"state":<11} {"steps":>6}  name', out)
+  for i, trial in enumerate(experiment.trials):
+    if trial.name in errors:
+      _print(f'  {i:>3}  {"INVALID":<11} {"":>6}  {trial.name}: {errors[trial.name]}', out)
+      continue
+    steps = configs[trial.name].train.num_steps
+    _print(f'  {i:>3}  {states[trial.name]:<11} {steps:>6}  {trial.name}', out)
+  example = experiment.trials[0]
+  _print(f'first command: {shlex.join(example.command(os.path.join(workdir, example.name)))}',
+         out)
+
+
+def run_sweep(experiment_path: str, workdir: str, *, parallel: int = 1, dry_run: bool = False,
+              backend: str = 'local', submit: bool = False, sbatch_args: str = '',
+              only: str | None = None, report: bool = True, progress_every: float = 30.0,
+              out=None) -> int:
+  """Runs (or lists) the sweep; returns the exit code: 0 when every trial finished."""
+  experiment = trials_lib.load_experiment(experiment_path)
+  trials = list(experiment.trials)
+  if only is not None:
+    trials = [t for t in trials if t.name == only]
+    if not trials:
+      raise SweepError(f'{experiment_path} has no trial {only!r}; --dry_run lists them')
+  configs, errors = trials_lib.check_trials(trials)
+  dirs = {t.name: sweep_runner.trial_dir(workdir, t) for t in trials}
+  states = {t.name: sweep_runner.trial_state(dirs[t.name]) for t in trials}
+  if dry_run:
+    describe(experiment, workdir, states, configs, errors, out)
+    return 1 if errors else 0
+  for trial in trials:
+    sweep_runner.check_same_trial(dirs[trial.name], trial)
+  if only is None:
+    trials_lib.write_manifest(workdir, experiment, backend)
+  todo = [t for t in trials if states[t.name] != 'finished' and t.name not in errors]
+  skipped = sum(state == 'finished' for state in states.values())
+  _print(f'{experiment.name}: {len(trials)} trials, {skipped} finished (skipped), {len(todo)} to '
+         f'run, {len(errors)} invalid -> {workdir}', out)
+  steps = {name: config.train.num_steps for name, config in configs.items()}
+  runner = sweep_runner.LocalRunner(workdir, steps, parallel=max(parallel, 1),
+                                    progress_every=progress_every, out=out or sys.stdout)
+  for trial in trials:
+    if trial.name in errors:
+      runner.record_invalid(trial, errors[trial.name])
+  if backend == 'slurm':
+    if not todo:
+      _print('nothing to submit: every valid trial is finished', out)
+      return 1 if errors else 0
+    script = sweep_runner.write_slurm(experiment_path, workdir, todo, parallel=parallel,
+                                      job_name=f'attnlab-{experiment.name}')
+    command = ['sbatch', *shlex.split(sbatch_args), script]
+    _print(f'wrote {script}; submit with: {shlex.join(command)}', out)
+    if submit:
+      subprocess.run(command, check=True)
+    return 0
+  final = runner.run(todo)
+  failed = len(errors) + sum(state != 'finished' for state in final.values())
+  if report and only is None:
+    from attnlab import report as report_lib  # matplotlib only when a report is written
+
+    _print(f'report: {report_lib.write_report(workdir)}', out)
+  return 1 if failed else 0
+
+
+def main(argv):
+  if len(argv) != 2:
+    raise app.UsageError('usage: python -m attnlab.sweep experiments/<name>.py --workdir=DIR')
+  if not _WORKDIR.value:
+    raise app.UsageError('--workdir is required')
+  try:
+    code = run_sweep(argv[1], _WORKDIR.value, parallel=_PARALLEL.value, dry_run=_DRY_RUN.value,
+                     backend=_BACKEND.value, submit=_SUBMIT.value, sbatch_args=_SBATCH_ARGS.value,
+                     only=_TRIAL.value, report=_REPORT.value,
+                     progress_every=_PROGRESS_EVERY.value)
+  except SweepError as e:
+    sys.exit(f'error: {e}')
+  except KeyboardInterrupt:
+    sys.exit('interrupted: rerun the same command to resume')
+  sys.exit(code)
+
+
+if __name__ == '__main__':
+  app.run(main)

@@ -1,0 +1,300 @@
+"""Runs the trials of a sweep: local subprocesses with a progress display, or a SLURM array.
+
+Per trial directory DIR/NAME the runner keeps, next to what `attnlab.main` writes:
+  sweep_status.json  {'status': running | finished | failed | interrupted, 'attempts', 'wall_s'
+                      (summed over attempts), 'returncode', 'error' (the telling line) and
+                      'error_tail' (the last lines of the log), 'config', 'overrides'}
+  sweep_log.txt      stdout and stderr of every attempt, appended
+A trial is finished when its final_metrics.json exists. Anything else is (re)started; the
+training loop resumes it from its latest checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+
+from attnlab.trials import PROJECT_ROOT, SweepError, Trial
+
+STATUS_FILE = 'sweep_status.json'
+LOG_FILE = 'sweep_log.txt'
+FINAL_FILE = 'final_metrics.json'
+_TAIL_LINES = 30
+_ERROR_LINE = re.compile(r'^(\w+\.)*\w*(Error|Exception|Exit|Interrupt)\b|^FATAL|^Killed')
+
+
+def trial_dir(workdir: str, trial: Trial) -> str:
+  return os.path.join(workdir, trial.name)
+
+
+def read_status(directory: str) -> dict:
+  path = os.path.join(directory, STATUS_FILE)
+  if not os.path.isfile(path):
+    return {}
+  with open(path) as f:
+    return json.load(f)
+
+
+def write_status(directory: str, status: dict) -> None:
+  os.makedirs(directory, exist_ok=True)
+  path = os.path.join(directory, STATUS_FILE)
+  tmp = f'{path}.{os.getpid()}.tmp'
+  with open(tmp, 'w') as f:
+    json.dump(status, f, indent=2)
+  os.replace(tmp, path)
+
+
+def trial_state(directory: str) -> str:
+  """finished | failed | running | interrupted | new."""
+  if os.path.isfile(os.path.join(directory, FINAL_FILE)):
+    return 'finished'
+  return read_status(directory).get('status', 'new')
+
+
+def _identity(trial: Trial) -> dict:
+  # JSON round trip: tuples read back as lists, so compare the stored form.
+  return json.loads(json.dumps({'config': trial.config, 'overrides': trial.all_overrides()}))
+
+
+def check_same_trial(directory: str, trial: Trial) -> None:
+  """Refuses to reuse a directory that a trial with another config (BASE, FIXED) wrote."""
+  status = read_status(directory)
+  if status and {k: status.get(k) for k in ('config', 'overrides')} != _identity(trial):
+    raise SweepError(
+      f'{directory} was run with config {status.get("config")} and overrides '
+      f'{status.get("overrides")}, but the experiment now gives {trial.config} and '
+      f'{trial.all_overrides()}; use a new --workdir or delete that directory')
+
+
+def error_summary(tail: Sequence[str]) -> str:
+  """The line that says what went wrong: the exception line of a traceback, if any."""
+  lines = [line.strip() for line in tail if line.strip()]
+  for line in reversed(lines):
+    if _ERROR_LINE.search(line):
+      return line
+  return lines[-1] if lines else 'no output'
+
+
+def _tail(path: str, offset: int) -> list[str]:
+  with open(path, errors='replace') as f:
+    f.seek(offset)
+    return f.read().splitlines()[-_TAIL_LINES:]
+
+
+def last_train_step(directory: str) -> int:
+  """The latest step in metrics.jsonl (0 when the run has not logged yet)."""
+  path = os.path.join(directory, 'metrics.jsonl')
+  if not os.path.isfile(path):
+    return 0
+  step = 0
+  with open(path, errors='replace') as f:
+    for line in f:
+      try:
+        step = max(step, int(json.loads(line).get('step', 0)))
+      except (ValueError, AttributeError):
+        continue  # a line being written right now
+  return step
+
+
+def duration(seconds: float) -> str:
+  seconds = int(round(max(seconds, 0.0)))
+  hours, rest = divmod(seconds, 3600)
+  minutes, secs = divmod(rest, 60)
+  return f'{hours}h{minutes:02d}m{secs:02d}s' if hours else f'{minutes}m{secs:02d}s'
+
+
+def subprocess_env() -> dict:
+  env = dict(os.environ)
+  # Config files import `configs.base`; trials must find it from any working directory.
+  env['PYTHONPATH'] = os.pathsep.join(p for p in (PROJECT_ROOT, env.get('PYTHONPATH')) if p)
+  env['PYTHONUNBUFFERED'] = '1'
+  return env
+
+
+class LocalRunner:
+  """Runs trials as `python -m attnlab.main` subprocesses, `parallel` at a time.
+
+  Args:
+    workdir: the sweep directory.
+    total_steps: trial name -> train.num_steps, for the progress display.
+    parallel: trials running at once.
+    progress_every: seconds between progress lines (one also comes whenever a trial ends).
+  """
+
+  def __init__(self, workdir: str, total_steps: dict[str, int], *, parallel: int = 1,
+               progress_every: float = 30.0, poll: float = 0.5, python: str = sys.executable,
+               out=sys.stdout):
+    if parallel < 1:
+      raise SweepError(f'--parallel={parallel} must be >= 1')
+    self.workdir, self.total_steps, self.parallel = workdir, total_steps, parallel
+    self.progress_every, self.poll, self.python, self.out = progress_every, poll, python, out
+    self._running: dict[str, tuple[Trial, subprocess.Popen, float, int]] = {}
+    self._counts = {'finished': 0, 'failed': 0}
+
+  def _print(self, line: str) -> None:
+    print(line, file=self.out, flush=True)
+
+  def record_invalid(self, trial: Trial, error: str) -> None:
+    """A trial whose config does not build is failed without starting a process."""
+    directory = trial_dir(self.workdir, trial)
+    status = {**read_status(directory), **_identity(trial), 'status': 'failed',
+              'returncode': None, 'error': error, 'error_tail': [error]}
+    status.setdefault('wall_s', 0.0)
+    status.setdefault('attempts', 0)
+    write_status(directory, status)
+    self._counts['failed'] += 1
+    self._print(f'[FAILED] {trial.name}: invalid config: {error}')
+
+  def run(self, trials: Sequence[Trial]) -> dict[str, str]:
+    """Runs `trials` (none of them finished); returns name -> final state."""
+    queue, states = list(trials), {}
+    self._total = len(trials)
+    self._start = time.monotonic()
+    self._done_steps_at_start = sum(self._steps_done(t) for t in trials)
+    last_progress = time.monotonic()
+    try:
+      while queue or self._running:
+        while queue and len(self._running) < self.parallel:
+          self._launch(queue.pop(0))
+        ended = [name for name, (_, p, _, _) in self._running.items() if p.poll() is not None]
+        for name in ended:
+          states[name] = self._finish(name)
+        if ended or time.monotonic() - last_progress >= self.progress_every:
+          self._print(self.progress_line(trials))
+          last_progress = time.monotonic()
+        if self._running:
+          time.sleep(self.poll)
+    except KeyboardInterrupt:
+      self._interrupt()
+      raise
+    return states
+
+  def _launch(self, trial: Trial) -> None:
+    directory = trial_dir(self.workdir, trial)
+    os.makedirs(directory, exist_ok=True)
+    status = read_status(directory)
+    command = trial.command(directory, self.python)
+    log_path = os.path.join(directory, LOG_FILE)
+    with open(log_path, 'a') as log:
+      offset = log.tell()
+      attempt = status.get('attempts', 0) + 1
+      log.write(f'=== attempt {attempt} {time.strftime("%Y-%m-%d %H:%M:%S")}: '
+                f'{shlex.join(command)}\n')
+      log.flush()
+      process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+                                 env=subprocess_env(), cwd=os.getcwd())
+    write_status(directory, {**status, **_identity(trial), 'status': 'running',
+                             'attempts': attempt, 'command': command,
+                             'wall_s': status.get('wall_s', 0.0), 'pid': process.pid})
+    self._running[trial.name] = (trial, process, time.monotonic(), offset)
+    resumed = f' (resuming from step {last_train_step(directory)})' if attempt > 1 else ''
+    self._print(f'[start] {trial.name}{resumed}')
+
+  def _finish(self, name: str) -> str:
+    trial, process, started, offset = self._running.pop(name)
+    directory = trial_dir(self.workdir, trial)
+    elapsed = time.monotonic() - started
+    status = read_status(directory)
+    status.pop('pid', None)
+    status['wall_s'] = status.get('wall_s', 0.0) + elapsed
+    status['returncode'] = process.returncode
+    if process.returncode == 0 and os.path.isfile(os.path.join(directory, FINAL_FILE)):
+      status.update(status='finished', error=None, error_tail=[])
+      self._counts['finished'] += 1
+      self._print(f'[done] {trial.name} in {duration(elapsed)}{self._result(directory)}')
+    else:
+      tail = _tail(os.path.join(directory, LOG_FILE), offset)
+      status.update(status='failed', error=error_summary(tail), error_tail=tail)
+      self._counts['failed'] += 1
+      self._print(f'[FAILED] {trial.name} (exit {process.returncode}): {status["error"]} '
+                  f'-- log: {os.path.join(directory, LOG_FILE)}')
+    write_status(directory, status)
+    return status['status']
+
+  def _result(self, directory: str) -> str:
+    with open(os.path.join(directory, FINAL_FILE)) as f:
+      test = json.load(f).get('test', {})
+    value = test.get('sequence_accuracy')
+    return f' | test sequence_accuracy {value:.4f}' if isinstance(value, float) else ''
+
+  def _interrupt(self) -> None:
+    """Stops running trials and records them as interrupted (a rerun resumes them)."""
+    for name, (trial, process, started, _) in list(self._running.items()):
+      process.terminate()
+      try:
+        process.wait(timeout=30)
+      except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+      directory = trial_dir(self.workdir, trial)
+      status = read_status(directory)
+      status.pop('pid', None)
+      status.update(status='interrupted', returncode=process.returncode,
+                    wall_s=status.get('wall_s', 0.0) + time.monotonic() - started)
+      write_status(directory, status)
+      self._print(f'[interrupted] {name}; rerun the sweep to resume it')
+    self._running.clear()
+
+  def _steps_done(self, trial: Trial) -> int:
+    directory = trial_dir(self.workdir, trial)
+    if os.path.isfile(os.path.join(directory, FINAL_FILE)):
+      return self.total_steps.get(trial.name, 0)
+    return min(last_train_step(directory), self.total_steps.get(trial.name, 0))
+
+  def progress_line(self, trials: Sequence[Trial]) -> str:
+    """`sweep 3/8 done, 1 failed, 2 running | steps 4500/12000 (37.5%) | 5m02s | ETA 8m20s`."""
+    total = sum(self.total_steps.get(t.name, 0) for t in trials)
+    done = sum(self._steps_done(t) for t in trials)
+    elapsed = time.monotonic() - self._start
+    rate = (done - self._done_steps_at_start) / elapsed if elapsed > 0 else 0.0
+    eta = duration((total - done) / rate) if rate > 0 else '?'
+    finished, failed = self._counts['finished'], self._counts['failed']
+    percent = 100.0 * done / total if total else 100.0
+    return (f'sweep {finished}/{self._total} done, {failed} failed, {len(self._running)} running'
+            f' | steps {done}/{total} ({percent:.1f}%) | {duration(elapsed)} | ETA {eta}')
+
+
+def slurm_script(experiment_path: str, workdir: str, trials: Sequence[Trial], *, parallel: int,
+                 python: str = sys.executable, job_name: str = 'attnlab-sweep') -> str:
+  """A self-contained sbatch job-array script: array task i runs trial i of `trials`.
+
+  Each task calls `python -m attnlab.sweep EXPERIMENT --workdir=DIR --trial=NAME`, so status
+  files, skipping and resuming work as they do locally. Resources (partition, GPUs, time) go
+  on the sbatch command line, which overrides the #SBATCH lines.
+  """
+  names = '\n'.join(f'  {shlex.quote(t.name)}' for t in trials)
+  throttle = f'%{parallel}' if parallel > 0 else ''
+  logs = os.path.join(os.path.abspath(workdir), 'slurm', '%A_%a.out')
+  return f"""#!/usr/bin/env bash
+# Generated by attnlab.sweep for {experiment_path}: one array task per unfinished trial.
+#SBATCH --job-name={job_name}
+#SBATCH --array=0-{len(trials) - 1}{throttle}
+#SBATCH --ntasks=1
+#SBATCH --output={logs}
+set -euo pipefail
+: "${{SLURM_ARRAY_TASK_ID:?run this script with sbatch}}"
+cd {shlex.quote(os.getcwd())}
+export PYTHONPATH={shlex.quote(PROJECT_ROOT)}${{PYTHONPATH:+:$PYTHONPATH}}
+PYTHON="${{PYTHON:-{python}}}"
+TRIALS=(
+{names}
+)
+exec "$PYTHON" -m attnlab.sweep {shlex.quote(experiment_path)} \\
+  --workdir={shlex.quote(workdir)} --trial="${{TRIALS[$SLURM_ARRAY_TASK_ID]}}" --noreport
+"""
+
+
+def write_slurm(experiment_path: str, workdir: str, trials: Sequence[Trial], *, parallel: int,
+                job_name: str) -> str:
+  os.makedirs(os.path.join(workdir, 'slurm'), exist_ok=True)
+  path = os.path.join(workdir, 'slurm', 'sweep.sbatch')
+  with open(path, 'w') as f:
+    f.write(slurm_script(experiment_path, workdir, trials, parallel=parallel, job_name=job_name))
+  os.chmod(path, 0o755)
+  return path
