@@ -277,9 +277,11 @@ class EvalConfig:
 @dataclasses.dataclass(frozen=True)
 class ParallelConfig:
   mode: str = 'pmap'
+  num_devices: int = 0
 
   def validate(self, prefix: str = 'parallel') -> None:
     check_choice(f'{prefix}.mode', self.mode, ('pmap', 'shard_map'))
+    _check_positive(f'{prefix}.num_devices', self.num_devices, allow_zero=True)
 
 
 @dataclasses.dataclass(frozen=True)

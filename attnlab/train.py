@@ -43,6 +43,18 @@ def final_splits(cfg: config_lib.RunConfig) -> tuple[str, ...]:
   return tuple(dict.fromkeys(cfg.eval.splits + ('test',)))
 
 
+def _devices(num_devices: int):
+  """`parallel.num_devices`: None (all devices) or the first N local devices."""
+  if not num_devices:
+    return None
+  if jax.process_count() > 1:
+    raise config_lib.ConfigError('parallel.num_devices must be 0 (all) in multi-process runs')
+  if num_devices > jax.local_device_count():
+    raise config_lib.ConfigError(f'parallel.num_devices={num_devices} but this process has '
+                                 f'{jax.local_device_count()} devices')
+  return jax.local_devices()[:num_devices]
+
+
 @dataclasses.dataclass
 class Run:
   """Everything the loop needs, built once by `setup`."""
@@ -63,7 +75,7 @@ class Run:
 def setup(config: ml_collections.ConfigDict, workdir: str):
   """Validates the config, builds task/model/state and restores the latest checkpoint."""
   cfg = config_lib.parse(config)  # every key and value checked before anything compiles
-  parallel = DataParallel(cfg.parallel.mode)
+  parallel = DataParallel(cfg.parallel.mode, devices=_devices(cfg.parallel.num_devices))
   parallel.check_batch_size(cfg.data.global_batch_size)
   is_writer = jax.process_index() == 0
   os.makedirs(workdir, exist_ok=True)

@@ -107,4 +107,5 @@ def get_config() -> ml_collections.ConfigDict:
 
   c.parallel = ml_collections.ConfigDict()
   c.parallel.mode = 'pmap'  # pmap | shard_map (jit over a device Mesh)
+  c.parallel.num_devices = 0  # 0 = every device of every process; N = first N (one process)
   return c

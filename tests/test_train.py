@@ -18,6 +18,7 @@ REPO = os.path.join(os.path.dirname(__file__), '..')
 
 def smoke_config(**updates):
   c = reverse.get_config('smoke')
+  updates = {'parallel.num_devices': 1, **updates}  # 8 simulated devices only in parallel tests
   with c.unlocked():
     for key, value in updates.items():
       *groups, leaf = key.split('.')
