@@ -227,14 +227,21 @@ class MultiHeadAttention(nn.Module):
     scores_BxNxTxS = jnp.einsum('btnd,bsnd->bnts', q_BxTxNxD, k_BxSxNxD)
     return masked_softmax(scores_BxNxTxS, mask)
 
-  def attend_projected(self, q_BxTxH, k_BxSxNxD, v_BxSxNxD, mask=None, *, deterministic=True):
-    """Attends queries q_BxTxH over projected keys/values; mask broadcastable to BxNxTxS."""
+  def attend_projected(self, q_BxTxH, k_BxSxNxD, v_BxSxNxD, mask=None, *, deterministic=True,
+                       return_weights=False):
+    """Attends queries q_BxTxH over projected keys/values; mask broadcastable to BxNxTxS.
+
+    Returns out_BxTxH, or (out_BxTxH, weights_BxNxTxS) with `return_weights` (the pre-dropout
+    weights, for callers such as search that need them every step without 'intermediates').
+    """
     weights_BxNxTxS = self.attention_weights(q_BxTxH, k_BxSxNxD, mask)
     self.sow('intermediates', 'attention_weights', weights_BxNxTxS)
+    dropped_BxNxTxS = weights_BxNxTxS
     if self.dropout_rate > 0.0:
-      weights_BxNxTxS = self.dropout(weights_BxNxTxS, deterministic=deterministic)
-    context_BxNxTxD = weighted_sum(weights_BxNxTxS, v_BxSxNxD.transpose(0, 2, 1, 3))
-    return self.out(context_BxNxTxD.transpose(0, 2, 1, 3))
+      dropped_BxNxTxS = self.dropout(weights_BxNxTxS, deterministic=deterministic)
+    context_BxNxTxD = weighted_sum(dropped_BxNxTxS, v_BxSxNxD.transpose(0, 2, 1, 3))
+    out_BxTxH = self.out(context_BxNxTxD.transpose(0, 2, 1, 3))
+    return (out_BxTxH, weights_BxNxTxS) if return_weights else out_BxTxH
 
   def __call__(self, q_BxTxH, kv_BxSxH, mask=None, *, deterministic=True):
     k_BxSxNxD, v_BxSxNxD = self.project_kv(kv_BxSxH)

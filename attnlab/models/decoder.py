@@ -24,7 +24,6 @@ Carry (every leaf has leading dim B so that search can tile and gather rows):
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import flax.linen as nn
@@ -102,10 +101,9 @@ class DecoderCell(nn.Module):
     if self.multi_head:
       mask_Bx1x1xS = mask_BxS[:, None, None, :]
       k_BxSxNxD, v_BxSxNxD = memory['keys'], memory['values']
-      context_Bx1xH = self.mha.attend_projected(
-        q_Bx1xH, k_BxSxNxD, v_BxSxNxD, mask_Bx1x1xS, deterministic=not train
+      context_Bx1xH, weights_BxNx1xS = self.mha.attend_projected(
+        q_Bx1xH, k_BxSxNxD, v_BxSxNxD, mask_Bx1x1xS, deterministic=not train, return_weights=True
       )
-      weights_BxNx1xS = self._head_weights(q_Bx1xH, k_BxSxNxD, mask_Bx1x1xS)
       weights_Bx1xS = jnp.mean(weights_BxNx1xS, axis=1)
     else:
       context_Bx1xH, weights_Bx1xS = attention.attention_step(
@@ -120,13 +118,6 @@ class DecoderCell(nn.Module):
         lengths_B=memory['lengths'],
       )
     return context_Bx1xH[:, 0, :], weights_Bx1xS[:, 0, :]
-
-  def _head_weights(self, q_BxTxH, k_BxSxNxD, mask):
-    """The pre-dropout per-head weights of `mha.attend_projected` (which only sows them)."""
-    q_BxTxNxD = self.mha.query(q_BxTxH)
-    scale = jnp.asarray(math.sqrt(q_BxTxNxD.shape[-1]), q_BxTxNxD.dtype)
-    scores_BxNxTxS = jnp.einsum('btnd,bsnd->bnts', q_BxTxNxD / scale, k_BxSxNxD)
-    return attention.masked_softmax(scores_BxNxTxS, mask)
 
   def _rnn(self, states, x_BxI, train: bool):
     """Runs the stacked cells one step; returns (new states, top layer's h_BxH)."""

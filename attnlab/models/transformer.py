@@ -48,19 +48,6 @@ def sinusoidal_positions(max_length: int, hidden_size: int) -> np.ndarray:
   return table_LxH.astype(np.float32)
 
 
-def head_mean_weights(mha: attn_lib.MultiHeadAttention, q_BxTxH, k_BxSxNxD, mask):
-  """The weights `mha.attend_projected` sows, averaged over heads: BxTxS float32.
-
-  attend_projected returns only its output, and sown values vanish unless the caller makes
-  'intermediates' mutable, yet search needs the weights every step; so they are recomputed
-  from the module's own query projection (tests pin them to the sown ones).
-  """
-  q_BxTxNxD = mha.query(q_BxTxH)
-  q_BxTxNxD = q_BxTxNxD / jnp.asarray(math.sqrt(q_BxTxNxD.shape[-1]), q_BxTxNxD.dtype)
-  scores_BxNxTxS = jnp.einsum('btnd,bsnd->bnts', q_BxTxNxD, k_BxSxNxD)
-  return attn_lib.masked_softmax(scores_BxNxTxS, mask).mean(axis=1)
-
-
 class FeedForward(nn.Module):
   hidden_size: int
   mlp_dim: int
@@ -132,11 +119,12 @@ class DecoderLayer(_Block):
     weights = []
 
     def cross(y_BxTxH):
-      if with_weights:
-        weights.append(head_mean_weights(self.cross_attn, y_BxTxH, cross_kv[0], cross_mask))
-      return self.cross_attn.attend_projected(
-        y_BxTxH, *cross_kv, cross_mask, deterministic=deterministic
+      out_BxTxH, weights_BxNxTxS = self.cross_attn.attend_projected(
+        y_BxTxH, *cross_kv, cross_mask, deterministic=deterministic, return_weights=True
       )
+      if with_weights:
+        weights.append(weights_BxNxTxS.mean(axis=1))
+      return out_BxTxH
 
     x_BxTxH = self._residual(x_BxTxH, cross, self.ln_cross, deterministic)
     ffn = functools.partial(self.ffn, deterministic=deterministic)
