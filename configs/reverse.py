@@ -7,11 +7,12 @@ COMMAND: python -m attnlab.main --config=configs/reverse.py --workdir=runs/rever
 Variants (`configs/reverse.py:NAME`):
   smoke       a tiny model for a few steps (tests)
   bottleneck  the same model without attention (model.attention.timing=none)
+  transformer a 2+2-layer Transformer (H=128, 4 heads) on the same task
 """
 
 from configs import base
 
-VARIANTS = ('smoke', 'bottleneck')
+VARIANTS = ('smoke', 'bottleneck', 'transformer')
 
 
 def get_config(arg: str = ''):
@@ -43,6 +44,14 @@ def get_config(arg: str = ''):
   elif arg == 'bottleneck':
     c.model.attention.timing = 'none'
     c.model.attention.input_feeding = False
+  elif arg == 'transformer':
+    c.model.kind = 'transformer'
+    c.model.encoder_layers = 2
+    c.model.decoder_layers = 2
+    c.model.transformer.num_heads = 4
+    c.model.transformer.mlp_dim = 256
+    c.optim.learning_rate = 1e-3
+    c.optim.warmup_steps = 200
   elif arg:
     raise ValueError(f'unknown variant {arg!r} of configs/reverse.py; choose from '
                      f'{", ".join(VARIANTS)}')
