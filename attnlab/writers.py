@@ -6,8 +6,8 @@
 
 and writes the numeric metrics as TensorBoard scalars under `<workdir>/tensorboard/<split>/`
 (tag = metric name), so that train and eval curves of one metric share a chart. TensorBoard
-files are written with tensorboardX (no TensorFlow). Only process 0 should write: construct
-with `enabled=jax.process_index() == 0`; a disabled writer creates no files.
+files are written by attnlab.tensorboard_events (no TensorFlow). Only process 0 should write:
+construct with `enabled=jax.process_index() == 0`; a disabled writer creates no files.
 
 A resumed run appends to the same files, so steps between the last checkpoint and the
 interruption appear twice; readers keep the last entry per (step, split).
@@ -27,7 +27,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import tensorboardX
+
+from attnlab.tensorboard_events import EventFileWriter
 
 _RESERVED = ('step', 'split')
 
@@ -65,7 +66,7 @@ class MetricWriter:
   def __init__(self, workdir: str | os.PathLike, *, enabled: bool):
     self.enabled = bool(enabled)
     self.workdir = os.fspath(workdir)
-    self._tb: dict[str, tensorboardX.SummaryWriter] = {}
+    self._tb: dict[str, EventFileWriter] = {}
     self._jsonl = None
     if self.enabled:
       os.makedirs(self.workdir, exist_ok=True)
@@ -104,9 +105,8 @@ class MetricWriter:
     if scalars:
       tb = self._tb.get(split)
       if tb is None:
-        tb = self._tb[split] = tensorboardX.SummaryWriter(self.tensorboard_dir(split))
-      for name, value in scalars.items():
-        tb.add_scalar(str(name), value, global_step=step)
+        tb = self._tb[split] = EventFileWriter(self.tensorboard_dir(split))
+      tb.add_scalars(step, {str(k): v for k, v in scalars.items()})
       tb.flush()
 
   def close(self) -> None:

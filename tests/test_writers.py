@@ -6,7 +6,8 @@ import struct
 
 import numpy as np
 import pytest
-from tensorboardX.proto import event_pb2
+from tensorboard.backend.event_processing import event_accumulator
+from tensorboard.compat.proto import event_pb2
 
 from attnlab import heatmaps, writers
 
@@ -14,7 +15,7 @@ PNG_MAGIC = b'\x89PNG\r\n\x1a\n'
 
 
 def _crc32c(data: bytes) -> int:
-  """Bitwise CRC-32C (Castagnoli), independent of tensorboardX's table implementation."""
+  """Bitwise CRC-32C (Castagnoli), independent of the table-driven one in attnlab."""
   crc = 0xFFFFFFFF
   for byte in data:
     crc ^= byte
@@ -52,6 +53,12 @@ def _scalars(tb_dir):
   for event in _read_events(files[0]):
     for value in event.summary.value:
       out[(event.step, value.tag)] = value.simple_value
+  # TensorBoard itself must read the same scalars.
+  accumulator = event_accumulator.EventAccumulator(str(tb_dir))
+  accumulator.Reload()
+  seen = {(e.step, tag): e.value for tag in accumulator.Tags()['scalars']
+          for e in accumulator.Scalars(tag)}
+  assert seen == out
   return out
 
 
