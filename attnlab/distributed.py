@@ -35,22 +35,26 @@ ENV_FLAG = 'ATTNLAB_DISTRIBUTED'
 MODES = ('auto', 'explicit', 'off')
 
 
-def initialize(mode: str = 'auto', *, coordinator: str = '', num_processes: int = 0,
-               process_id: int = -1) -> bool:
+def initialize(
+  mode: str = 'auto', *, coordinator: str = '', num_processes: int = 0, process_id: int = -1
+) -> bool:
   """Connects this process to the others (see the module docstring); True if it did."""
   if mode not in MODES:
     raise ValueError(f'--distributed={mode!r} is not valid; choose from {", ".join(MODES)}')
   if mode == 'explicit':
     if not coordinator or ':' not in coordinator or num_processes <= 0 or process_id < 0:
       raise ValueError(
-          '--distributed=explicit needs --coordinator=HOST:PORT, --num_processes=N (N >= 1) and '
-          f'--process_id=I; got coordinator={coordinator!r}, num_processes={num_processes}, '
-          f'process_id={process_id}')
+        '--distributed=explicit needs --coordinator=HOST:PORT, --num_processes=N (N >= 1) and '
+        f'--process_id=I; got coordinator={coordinator!r}, num_processes={num_processes}, '
+        f'process_id={process_id}'
+      )
     if process_id >= num_processes:
-      raise ValueError(f'--process_id={process_id} must be smaller than '
-                       f'--num_processes={num_processes}')
-    jax.distributed.initialize(coordinator_address=coordinator, num_processes=num_processes,
-                               process_id=process_id)
+      raise ValueError(
+        f'--process_id={process_id} must be smaller than --num_processes={num_processes}'
+      )
+    jax.distributed.initialize(
+      coordinator_address=coordinator, num_processes=num_processes, process_id=process_id
+    )
     started = True
   else:
     started = mode == 'auto' and cluster_detected(os.environ)
@@ -68,18 +72,28 @@ def cluster_detected(env) -> bool:
   if forced:
     raise ValueError(f'{ENV_FLAG}={forced!r} is not valid; choose from 0, 1 (or leave unset)')
   # SLURM: only inside an `srun` step (JAX needs SLURM_STEP_NODELIST), not in the batch script.
-  if 'SLURM_STEP_NODELIST' in env and int(env.get('SLURM_STEP_NUM_TASKS',
-                                                  env.get('SLURM_NTASKS', '1'))) > 1:
+  if (
+    'SLURM_STEP_NODELIST' in env
+    and int(env.get('SLURM_STEP_NUM_TASKS', env.get('SLURM_NTASKS', '1'))) > 1
+  ):
     return True
   if int(env.get('OMPI_COMM_WORLD_SIZE', '1')) > 1:
     return True
-  return ',' in env.get('TPU_WORKER_HOSTNAMES', '')  # a multi-host TPU slice
+  # A multi-host TPU slice that names its workers (GKE); Cloud TPU VMs set ATTNLAB_DISTRIBUTED=1
+  # in launch/tpu_worker.sh, and JAX then reads the workers from the VM's metadata.
+  hosts = env.get('TPU_PROCESS_ADDRESSES') or env.get('TPU_WORKER_HOSTNAMES', '')
+  return ',' in hosts
 
 
 def log_topology() -> None:
-  logging.info('process %d of %d; %d local devices of %d: %s', jax.process_index(),
-               jax.process_count(), jax.local_device_count(), jax.device_count(),
-               jax.local_devices())
+  logging.info(
+    'process %d of %d; %d local devices of %d: %s',
+    jax.process_index(),
+    jax.process_count(),
+    jax.local_device_count(),
+    jax.device_count(),
+    jax.local_devices(),
+  )
 
 
 def gather_rows(tree: Any) -> Any:
@@ -116,9 +130,10 @@ def check_same_on_all_processes(tree: Any, what: str) -> str:
     every = np.asarray(multihost_utils.process_allgather(words))  # [processes, 2]
     differ = [p for p in range(every.shape[0]) if not np.array_equal(every[p], every[0])]
     if differ:
-      raise RuntimeError(f'{what} differs between processes: processes {differ} disagree with '
-                         'process 0 (replicas diverged; check that every process runs the same '
-                         'config and code)')
-  logging.info('%s: fingerprint %s, identical on all %d processes', what, mine,
-               jax.process_count())
+      raise RuntimeError(
+        f'{what} differs between processes: processes {differ} disagree with '
+        'process 0 (replicas diverged; check that every process runs the same '
+        'config and code)'
+      )
+  logging.info('%s: fingerprint %s, identical on all %d processes', what, mine, jax.process_count())
   return mine

@@ -29,7 +29,10 @@ class DataParallel:
       raise ValueError(f"parallel.mode={mode!r} is not valid; choose from pmap, shard_map")
     self.mode = mode
     if devices is None:
-      self.local_devices, global_devices = jax.local_devices(), jax.devices()
+      # Each process's devices side by side, so that process p's share of the global batch is
+      # the contiguous rows [p*b, (p+1)*b) (device ids need not be grouped by process on pods).
+      self.local_devices = jax.local_devices()
+      global_devices = sorted(jax.devices(), key=lambda d: (d.process_index, d.id))
     else:
       self.local_devices = global_devices = list(devices)
     self.num_devices = len(global_devices)
@@ -60,10 +63,16 @@ class DataParallel:
                                                lambda idx: np.asarray(x)[idx]), tree)
 
   def fetch(self, tree: Any) -> Any:
-    """Replicated device pytree -> one host (numpy) copy."""
-    if self.mode == 'pmap':
-      return jax.device_get(jax.tree.map(lambda x: x[0], tree))
-    return jax.tree.map(lambda x: np.asarray(x.addressable_data(0)), tree)
+    """Replicated device pytree -> one host (numpy) copy, from this process's first device.
+
+    Only local buffers are read. Indexing an array that spans several processes runs one
+    cross-process computation per leaf instead, which hung now and then with two CPU processes
+    (tests/test_multihost.py) and costs a collective per leaf anywhere.
+    """
+    local = jax.device_get(jax.tree.map(lambda x: x.addressable_data(0), tree))
+    if self.mode == 'pmap':  # pmap shards keep the device axis, of size 1
+      local = jax.tree.map(lambda x: x[0], local)
+    return local
 
   def shard_batch(self, batch: dict[str, np.ndarray]) -> dict[str, Any]:
     """This process's share of the global batch -> arrays split over devices."""
@@ -98,8 +107,7 @@ class DataParallel:
   def fetch_sums(self, sums_list: list[Any]) -> dict[str, float]:
     """Adds all-reduced per-step device sums on the host, in one transfer (blocks)."""
     total: dict[str, float] = {}
-    for sums in jax.device_get(sums_list):
+    for sums in self.fetch(sums_list):
       for k, v in sums.items():
-        v = np.asarray(v)
-        total[k] = total.get(k, 0.0) + float(v[0] if self.mode == 'pmap' else v)
+        total[k] = total.get(k, 0.0) + float(v)
     return total

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Runs ON each worker of a Cloud TPU VM; launch/tpu_vm.sh calls it on all workers at once.
+#
+#   launch/tpu_worker.sh [--dry_run] setup
+#       a virtualenv in .venv with attnlab and jax[tpu] (libtpu comes from the package index)
+#   CONFIG=configs/reverse.py WORKDIR=gs://bucket/runs/x launch/tpu_worker.sh [--dry_run] run [FLAGS...]
+#       mounts the bucket of a gs:// WORKDIR with gcsfuse (installing it if missing) at
+#       ~/gcs/<bucket>, then runs `python -m attnlab.main` with ATTNLAB_DISTRIBUTED=1, so that
+#       JAX finds the other workers from the VM's metadata.
+#
+# attnlab writes its workdir with ordinary file I/O, hence the mount. orbax finalises a
+# checkpoint by renaming its temporary directory, which gcsfuse only does with
+# --rename-dir-limit. --dry_run prints the commands and runs none.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+JAX_TPU_REQUIREMENT='jax[tpu]>=0.10.2,<0.11'  # the jax range of pyproject.toml
+GCS_MOUNTS="${GCS_MOUNTS:-$HOME/gcs}"
+
+quote() {
+  local out=() word
+  for word in "$@"; do
+    if [[ $word =~ ^[A-Za-z0-9_./:=@%+,-]+$ ]]; then
+      out+=("$word")
+    else
+      out+=("'${word//\'/\'\\\'\'}'")
+    fi
+  done
+  echo "${out[*]}"
+}
+
+dry_run=0
+args=()
+for arg in "$@"; do
+  if [[ $arg == --dry_run ]]; then dry_run=1; else args+=("$arg"); fi
+done
+run() {
+  if (( dry_run )); then quote "$@"; else "$@"; fi
+}
+
+usage="usage: launch/tpu_worker.sh [--dry_run] setup | run [FLAGS...]"
+(( ${#args[@]} )) || { echo "$usage" >&2; exit 2; }
+action="${args[0]}"
+flags=("${args[@]:1}")
+cd "$ROOT"
+
+case "$action" in
+  setup)
+    run python3 -m venv .venv
+    run .venv/bin/pip install -q --upgrade pip
+    run .venv/bin/pip install -q -e . "$JAX_TPU_REQUIREMENT"
+    ;;
+  run)
+    : "${CONFIG:?set CONFIG=configs/<task>.py[:variant]}"
+    : "${WORKDIR:?set WORKDIR=gs://<bucket>/<path> (or a path every worker shares)}"
+    workdir="$WORKDIR"
+    if [[ $workdir == gs://* ]]; then
+      path="${workdir#gs://}"
+      bucket="${path%%/*}"
+      mount="$GCS_MOUNTS/$bucket"
+      workdir="$mount${path#"$bucket"}"
+      if (( dry_run )); then echo '# only if gcsfuse is missing:'; fi
+      if (( dry_run )) || ! command -v gcsfuse >/dev/null; then
+        # Google's apt source for gcsfuse; the release name is read on the worker.
+        # shellcheck disable=SC2016
+        repo='deb [signed-by=/usr/share/keyrings/cloud.google.asc] https://packages.cloud.google.com/apt gcsfuse-$(lsb_release -c -s) main'
+        run sudo bash -c "echo \"$repo\" > /etc/apt/sources.list.d/gcsfuse.list && curl -fsSL https://packages.cloud.google.com/apt/doc/apt-key.gpg > /usr/share/keyrings/cloud.google.asc && apt-get update -q && apt-get install -y -q gcsfuse"
+      fi
+      run mkdir -p "$mount"
+      if (( dry_run )); then echo '# only if not mounted yet:'; fi
+      if (( dry_run )) || ! mountpoint -q "$mount"; then
+        run gcsfuse --implicit-dirs --rename-dir-limit=1000000 "$bucket" "$mount"
+      fi
+    fi
+    run env ATTNLAB_DISTRIBUTED=1 .venv/bin/python -m attnlab.main "--config=$CONFIG" \
+      "--workdir=$workdir" "${flags[@]}"
+    ;;
+  *)
+    echo "unknown action '$action'; choose from setup, run ($usage)" >&2
+    exit 2
+    ;;
+esac
