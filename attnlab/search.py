@@ -52,6 +52,18 @@ def length_penalty_factor(length: jax.Array, alpha: float) -> jax.Array:
   return ((5.0 + length.astype(jnp.float32)) / 6.0) ** alpha
 
 
+def next_token_log_probs(logits_NxV: jax.Array, bos_id: int) -> jax.Array:
+  """float32 log-probabilities over the tokens a hypothesis may emit: never PAD or BOS.
+
+  An untrained (or unlucky) model can put mass on them; emitting either would end up as a
+  hole in the output, so they are excluded and the rest renormalised.
+  """
+  V = logits_NxV.shape[-1]
+  banned_V = (jnp.arange(V) == PAD_ID) | (jnp.arange(V) == bos_id)
+  logits_NxV = jnp.where(banned_V[None, :], NEG_INF, logits_NxV.astype(jnp.float32))
+  return jax.nn.log_softmax(logits_NxV, axis=-1)
+
+
 def expand_to_beams(tree: Any, beam_size: int) -> Any:
   """Repeats every leaf's leading axis B -> B*W (row b*W + w is beam w of example b)."""
   return jax.tree.map(lambda x: jnp.repeat(x, beam_size, axis=0), tree)
@@ -99,7 +111,7 @@ def greedy_search(
   def body(state):
     i, live_B = state['i'], ~state['done_B']
     logits_BxV, attn_BxS, carry = step_fn(state['last_B'], state['carry'])
-    logp_BxV = jax.nn.log_softmax(logits_BxV.astype(jnp.float32), axis=-1)
+    logp_BxV = next_token_log_probs(logits_BxV, bos_id)
     tok_B = jnp.argmax(logp_BxV, axis=-1).astype(jnp.int32)
     tok_logp_B = jnp.take_along_axis(logp_BxV, tok_B[:, None], axis=1)[:, 0]
     attn_BxS = jnp.where(live_B[:, None], attn_BxS.astype(jnp.float32), 0.0)
@@ -178,7 +190,7 @@ def beam_search(
     V = logits_NxV.shape[-1]
     if V < 2:
       raise ValueError(f'beam search needs a vocabulary of at least 2 tokens, got V={V}')
-    logp_BxWxV = jax.nn.log_softmax(logits_NxV.astype(jnp.float32), axis=-1).reshape(B, W, V)
+    logp_BxWxV = next_token_log_probs(logits_NxV, bos_id).reshape(B, W, V)
     cand_BxWxV = state['alive_logp_BxW'][:, :, None] + logp_BxWxV
     # 2W candidates: at most W of them (one per origin) end in EOS, so W always stay alive.
     top_logp_Bx2W, top_idx_Bx2W = lax.top_k(cand_BxWxV.reshape(B, W * V), 2 * W)

@@ -5,7 +5,7 @@ import string
 
 import pytest
 
-from attnlab.data import BUILDERS, SyntheticTask, Vocab, load_task
+from attnlab.data import SyntheticTask, Vocab, load_task
 from attnlab.data.synthetic import TASKS
 from attnlab.models import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from configs.base import get_config
@@ -192,7 +192,7 @@ def test_vocab_rejects_bad_symbols():
     Vocab.from_symbols(['ab'])
 
 
-@pytest.mark.parametrize('name', sorted(BUILDERS))
+@pytest.mark.parametrize('name', sorted(TASKS))
 def test_load_task_builds_vocab_and_splits(name):
   config = get_config()
   config.task.name = name
@@ -222,7 +222,9 @@ def test_load_task_builds_vocab_and_splits(name):
 def test_load_task_errors_list_choices():
   config = get_config()
   config.task.name = 'copyy'
-  with pytest.raises(ValueError, match='addition, copy, reverse, sort'):
+  with pytest.raises(
+      ValueError, match='addition, cmudict_g2p, copy, dates, parallel_text, reverse, sort, wmt14'
+  ):
     load_task(config)
   config.task.name = 'copy'
   with pytest.raises(ValueError, match='train, eval, test'):

@@ -108,11 +108,11 @@ def test_builder_yields_the_split_records(small_task, entries):
 
 
 def test_wer_per_with_several_references():
+  references = [['T AH M EY T OW', 'T AH M AA T OW'], ['R EH D', 'R IY D'], ['K AE T']]
   records = [
-    {'source': 'tomato', 'target': 'T AH M EY T OW', 'references': ['T AH M EY T OW', 'T AH M AA T OW']},
-    {'source': 'read', 'target': 'R EH D', 'references': ['R EH D', 'R IY D']},
-    {'source': 'cat', 'target': 'K AE T', 'references': ['K AE T']},
-  ]  # fmt: skip
+    {'source': word, 'target': refs[0], 'references': refs}
+    for word, refs in zip(('tomato', 'read', 'cat'), references, strict=True)
+  ]
   src_vocab = Vocab.build([r['source'] for r in records], 'char')
   tgt_vocab = Vocab.build([r['target'] for r in records] + ['R IY D', 'AA'], 'word')
   task = Task('g2p', src_vocab, tgt_vocab, {'eval': lambda: records})
@@ -135,3 +135,19 @@ def test_config_variants_parse():
   assert config_lib.parse(g2p.get_config('stress')).task.keep_stress
   with pytest.raises(ValueError, match='choose from smoke, stress'):
     g2p.get_config('nope')
+
+
+def test_smoke_config_trains_and_reports_wer_per(tmp_path, monkeypatch):
+  from attnlab import train
+  from attnlab.data import tasks
+
+  small = lambda config: cmudict_g2p.build_task(config, max_words=2000)
+  monkeypatch.setitem(tasks.BUILDERS, 'cmudict_g2p', small)
+  c = g2p.get_config('smoke')
+  with c.unlocked():
+    c.task.data_dir = str(tmp_path / 'tfds')
+    c.eval.num_heatmaps = 0  # an untrained model may emit PAD, which heatmaps.py rejects
+  final = train.train_and_evaluate(c, str(tmp_path / 'run'))
+  for split in ('eval', 'test'):
+    assert 0.0 <= final[split]['per'] and 0.0 <= final[split]['wer'] <= 1.0
+    assert sum(b['count'] for b in final[split]['wer_by_length']) == final[split]['num_examples']

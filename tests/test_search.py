@@ -74,8 +74,13 @@ def _greedy(table, *, max_length=T):
 # ---- NumPy references ------------------------------------------------------------------------
 
 
+BANNED = (PAD_ID, BOS_ID)  # search never emits these
+
+
 def _np_log_softmax(x):
-  x = np.asarray(x, np.float64)
+  """Log-softmax over the tokens search may emit; PAD and BOS get -inf."""
+  x = np.array(x, np.float64)
+  x[list(BANNED)] = -np.inf
   return x - x.max() - np.log(np.exp(x - x.max()).sum())
 
 
@@ -104,7 +109,7 @@ def _np_attention(tokens, length):
 
 def _all_hypotheses(max_length):
   """Every complete output: ends at its first EOS, or runs to max_length."""
-  other = [v for v in range(V) if v != EOS_ID]
+  other = [v for v in range(V) if v != EOS_ID and v not in BANNED]
   for length in range(1, max_length + 1):
     for prefix in itertools.product(other, repeat=length - 1):
       yield (*prefix, EOS_ID)
@@ -154,7 +159,7 @@ def test_beam_matches_plain_python_beam_search(beam_size, alpha):
 
 @pytest.mark.parametrize('alpha', [0.0, 0.6])
 def test_exhaustive_beam_finds_brute_force_best(alpha):
-  table = _table(1, batch=3)
+  table = _table(4, batch=3)
   # Wide enough that every extension at every step ranks among the top W: nothing is pruned.
   got = _beam(jnp.asarray(table), beam_size=(V - 1) ** (T - 1) * V, alpha=alpha)
   greedy = _greedy(jnp.asarray(table))
@@ -189,7 +194,7 @@ def test_greedy_matches_numpy_argmax_with_attention():
     toks = []
     while len(toks) < T and (not toks or toks[-1] != EOS_ID):
       prev2, prev1 = ([BOS_ID, BOS_ID] + toks)[-2:]
-      toks.append(int(np.argmax(table[b, prev2, prev1])))
+      toks.append(int(np.argmax(_np_log_softmax(table[b, prev2, prev1]))))
     np.testing.assert_array_equal(got.tokens_BxT[b], _padded(toks))
     assert int(got.lengths_B[b]) == len(toks)
     np.testing.assert_allclose(got.log_probs_B[b], _np_logp(table[b], toks), rtol=1e-5)
@@ -260,7 +265,7 @@ def _tiny_model(kind):
     config = ModelConfig(
       kind=kind, hidden_size=16, decoder_layers=2, dropout=0.0, transformer=transformer
     )
-    return Transformer(config, 9, 7), 1  # ends after 2, 5 and never
+    return Transformer(config, 9, 7), 8  # ends after 5, 5 and never
   config = ModelConfig(kind=kind, embed_dim=8, hidden_size=16, dropout=0.0)
   return Seq2Seq(config, 9, 7), 2  # ends after 2, never, never
 
@@ -282,7 +287,8 @@ def test_model_greedy_equals_beam1_and_naive_argmax_loop(kind):
   forward = jax.jit(lambda tgt: model.apply(variables, src, tgt))
   tgt_in = jnp.full((3, 7), BOS_ID, jnp.int32)
   for t in range(6):
-    next_B = jnp.argmax(forward(tgt_in[:, :6])[:, t], axis=-1).astype(jnp.int32)
+    logits_BxV = forward(tgt_in[:, :6])[:, t].at[:, jnp.array(BANNED)].set(-jnp.inf)
+    next_B = jnp.argmax(logits_BxV, axis=-1).astype(jnp.int32)
     tgt_in = tgt_in.at[:, t + 1].set(next_B)
   for b in range(3):
     naive = np.asarray(tgt_in[b, 1:]).tolist()

@@ -187,11 +187,11 @@ def accuracy_by(task: Task, split: str, rows: list[dict]) -> dict:
 def build_task(config: Any) -> Task:
   """Prepares (once) and loads the dates task; sizes from task.num_train/eval_examples."""
   t = config.task
+  wanted = builder_config(t.num_train_examples, t.num_eval_examples)
+  # TFDS takes a listed config by name, and an instance only for other sizes.
+  listed = wanted.name in {c.name for c in Dates.BUILDER_CONFIGS}
   builder = tfds_tasks.prepared(
-    Dates(
-      config=builder_config(t.num_train_examples, t.num_eval_examples),
-      data_dir=tfds_tasks.data_dir(config),
-    )
+    Dates(config=wanted.name if listed else wanted, data_dir=tfds_tasks.data_dir(config))
   )
   fields = {k: k for k in ('source', 'target', 'locale', 'format')}
   splits = tfds_tasks.read_splits(builder, fields)

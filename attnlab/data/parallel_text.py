@@ -52,7 +52,7 @@ def _read_lines(path: str, key: str) -> list[str]:
       out.append(line.decode('utf-8').removesuffix('\r'))
     except UnicodeDecodeError as e:
       raise ValueError(
-        f'{path}:{number}: bytes {line[e.start : e.end]!r} at column {e.start + 1} are not '
+        f'{path}:{number}: bytes {line[e.start : e.end]!r} at byte {e.start + 1} are not '
         f'valid UTF-8 ({e.reason}); convert the file to UTF-8'
       ) from None
   return out
@@ -139,42 +139,39 @@ def make_vocab(
   return Vocab(full.symbols[:size], tokenizer)
 
 
-def translation_metrics(
-  split_fn: Callable[[str], Any], source_vocab, target_vocab
-) -> Callable[[str, list[dict]], dict]:
-  """decoded_metrics for translation: BLEU/chrF overall and BLEU by source length."""
-
-  def decoded_metrics(split: str, rows: list[dict]) -> dict:
-    if not rows:
-      return {}
-    source = split_fn(split)
-    hyps = [target_vocab.decode(r['hypothesis']) for r in rows]
-    refs = [source[r['index']]['target'] for r in rows]
-    out = metrics.bleu_chrf(hyps, refs)
-    lengths = [len(source_vocab.encode(source[r['index']]['source'])) - 1 for r in rows]
-    top = max(lengths) // BLEU_BUCKET_WIDTH + 1
-    buckets = []
-    for k in range(top):
-      lo, hi = k * BLEU_BUCKET_WIDTH, (k + 1) * BLEU_BUCKET_WIDTH
-      chosen = [i for i, n in enumerate(lengths) if lo <= n < hi]
-      bleu = None
-      if chosen:
-        bleu = metrics.bleu_chrf([hyps[i] for i in chosen], [refs[i] for i in chosen])['bleu']
-      buckets.append({'bucket': f'{lo}-{hi - 1}', 'count': len(chosen), 'bleu': bleu})
-    out['bleu_by_length'] = buckets
-    return out
-
-  return decoded_metrics
+def translation_metrics(task: Task, split: str, rows: list[dict]) -> dict:
+  """BLEU/chrF of detokenized outputs against the raw target lines, and BLEU by source length."""
+  if not rows:
+    return {}
+  source = task.split(split)
+  hyps = [task.target_vocab.decode(r['hypothesis']) for r in rows]
+  refs = [source[r['index']]['target'] for r in rows]
+  out = metrics.bleu_chrf(hyps, refs)
+  lengths = [len(task.source_vocab.encode(source[r['index']]['source'])) - 1 for r in rows]
+  buckets = []
+  for k in range(max(lengths) // BLEU_BUCKET_WIDTH + 1):
+    lo, hi = k * BLEU_BUCKET_WIDTH, (k + 1) * BLEU_BUCKET_WIDTH
+    chosen = [i for i, n in enumerate(lengths) if lo <= n < hi]
+    bleu = None
+    if chosen:
+      bleu = metrics.bleu_chrf([hyps[i] for i in chosen], [refs[i] for i in chosen])['bleu']
+    buckets.append({'bucket': f'{lo}-{hi - 1}', 'count': len(chosen), 'bleu': bleu})
+  out['bleu_by_length'] = buckets
+  return out
 
 
 def translation_task(
   name: str, source_vocab, target_vocab, splits: Mapping[str, Callable[[], Any]]
 ) -> Task:
-  """A Task whose decoded output is scored with BLEU/chrF against the raw target text."""
-  holder: dict[str, Task] = {}
-  score = translation_metrics(lambda s: holder['task'].split(s), source_vocab, target_vocab)
-  holder['task'] = Task(name, source_vocab, target_vocab, splits, decoded_metrics=score)
-  return holder['task']
+  """A Task whose decoded output is scored by `translation_metrics`."""
+  task = Task(
+    name,
+    source_vocab,
+    target_vocab,
+    splits,
+    decoded_metrics=lambda split, rows: translation_metrics(task, split, rows),
+  )
+  return task
 
 
 def build_task(config: Any) -> Task:

@@ -5,9 +5,10 @@ default, `$TFDS_DATA_DIR` or ~/tensorflow_datasets) and read with `as_data_sourc
 never imported. Preparing is a no-op once the files exist.
 
 A prepared split is read once into memory (`TfdsSplit`): array_record random access costs ~1 ms
-per record here while bulk reads cost ~50 us, and the pipeline's length pre-pass touches every
-example anyway. Attnlab's split names map onto TFDS's: train -> train, eval -> validation,
-test -> test.
+per record here while bulk reads cost ~30 us, and the pipeline's length pre-pass touches every
+example anyway. Records are read as raw bytes and parsed with TFDS's own copy of the
+tf.train.Example proto, 5x faster than TFDS's generic numpy decoding (50k dates: 3 s, not
+14 s). Attnlab's split names map onto TFDS's: train -> train, eval -> validation, test -> test.
 
 WMT'14 (`task.name = 'wmt14_translate'`, `task.source_language`, `task.target_language`) needs
 internet to download and an accelerator to train; tests use `tfds.testing.mock_data`.
@@ -26,6 +27,7 @@ from typing import Any
 import numpy as np
 import tensorflow_datasets as tfds
 from absl import logging
+from tensorflow_datasets.proto import tf_example_pb2
 
 from attnlab.data.tasks import SPLITS, Task
 
@@ -58,22 +60,54 @@ def _python(value: Any) -> Any:
   return value
 
 
+def _parse(serialized: bytes, keys: Sequence[str], list_keys: Sequence[str]) -> list[Any]:
+  """Values of `keys` in a serialized tf.train.Example (as TFDS writes Text/int features)."""
+  feature = tf_example_pb2.Example.FromString(serialized).features.feature
+  out = []
+  for key in keys:
+    kind = feature[key].WhichOneof('kind')
+    values = [_python(v) for v in getattr(feature[key], kind).value] if kind else []
+    out.append(values if key in list_keys else values[0])
+  return out
+
+
+def _read(data_source: Sequence[Mapping[str, Any]], keys: list[int]) -> Sequence[Mapping]:
+  if hasattr(data_source, '__getitems__'):
+    try:
+      return data_source.__getitems__(keys)
+    except TypeError:
+      pass  # tfds.testing.mock_data (TFDS 4.9.10) installs an unbound `__getitems__`
+  return [data_source[k] for k in keys]
+
+
 class TfdsSplit:
   """One prepared split held in memory: `split[i] -> {renamed fields..., 'index': i}`.
 
   Args:
-    data_source: a TFDS data source (`builder.as_data_source(split=...)`).
+    data_source: a TFDS data source (`builder.as_data_source(split=...)`), giving serialized
+      records (`DeserializeMethod.RAW_BYTES`, parsed here) or decoded dicts.
     fields: record key -> output key, e.g. {'de': 'source', 'en': 'target'}; other keys are
       not kept.
+    list_keys: record keys holding sequences (e.g. `tfds.features.Sequence(Text())`).
   """
 
-  def __init__(self, data_source: Sequence[Mapping[str, Any]], fields: Mapping[str, str]):
-    self._columns: dict[str, list] = {out: [] for out in fields.values()}
+  def __init__(
+    self,
+    data_source: Sequence[Any],
+    fields: Mapping[str, str],
+    list_keys: Sequence[str] = (),
+  ):
+    keys, outs = list(fields), list(fields.values())
+    self._columns: dict[str, list] = {out: [] for out in outs}
     n = len(data_source)
     for start in range(0, n, READ_CHUNK):
-      for record in data_source.__getitems__(list(range(start, min(start + READ_CHUNK, n)))):
-        for key, out in fields.items():
-          self._columns[out].append(_python(record[key]))
+      for record in _read(data_source, list(range(start, min(start + READ_CHUNK, n)))):
+        if isinstance(record, bytes):
+          values = _parse(record, keys, list_keys)
+        else:  # decoded (e.g. by tfds.testing.mock_data)
+          values = [_python(record[key]) for key in keys]
+        for out, value in zip(outs, values, strict=True):
+          self._columns[out].append(value)
     self._size = n
 
   def __len__(self) -> int:
@@ -103,8 +137,13 @@ def read_splits(
 ) -> dict[str, functools.partial]:
   """attnlab split name -> zero-argument function reading that split into a `TfdsSplit`."""
 
+  features = builder.info.features
+  list_keys = [k for k in fields if isinstance(features[k], tfds.features.Sequence)]
+  raw = tfds.decode.DeserializeMethod.RAW_BYTES
+
   def read(split: str) -> TfdsSplit:
-    return TfdsSplit(builder.as_data_source(split=TFDS_SPLITS[split]), fields)
+    source = builder.as_data_source(split=TFDS_SPLITS[split], deserialize_method=raw)
+    return TfdsSplit(source, fields, list_keys)
 
   return {s: functools.partial(read, s) for s in SPLITS}
 

@@ -1,0 +1,176 @@
+"""Parallel text: file formats, bad input, tokenizers (SentencePiece included), BLEU/chrF."""
+
+import os
+
+import pytest
+import sacrebleu
+
+from attnlab import config as config_lib
+from attnlab.data import load_task, parallel_text
+from attnlab.data.sentencepiece_vocab import (
+  SentencePieceVocab,
+  load_vocab,
+  train_sentencepiece,
+)
+from attnlab.data.vocab import Vocab
+from attnlab.models import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from configs import parallel_text as parallel_text_config
+
+PAIRS = [
+  ('das haus ist klein', 'the house is small'),
+  ('das haus ist gross', 'the house is big'),
+  ('die katze schläft', 'the cat sleeps'),
+  ('der hund bellt laut', 'the dog barks loudly'),
+  ('die katze ist klein', 'the cat is small'),
+  ('der baum ist gross', 'the tree is big'),
+]
+
+
+def write(path, text: str | bytes) -> str:
+  mode = 'wb' if isinstance(text, bytes) else 'w'
+  with open(path, mode, **({} if mode == 'wb' else {'encoding': 'utf-8'})) as f:
+    f.write(text)
+  return str(path)
+
+
+def tsv(path, pairs) -> str:
+  return write(path, ''.join(f'{s}\t{t}\n' for s, t in pairs))
+
+
+def aligned(tmp_path, name, pairs) -> tuple[str, str]:
+  return (
+    write(tmp_path / f'{name}.de', ''.join(f'{s}\n' for s, _ in pairs)),
+    write(tmp_path / f'{name}.en', ''.join(f'{t}\n' for _, t in pairs)),
+  )
+
+
+def test_tsv_and_aligned_files_give_the_same_pairs(tmp_path):
+  a = parallel_text.ParallelText((tsv(tmp_path / 'x.tsv', PAIRS),), max_chars=100)
+  b = parallel_text.ParallelText(aligned(tmp_path, 'x', PAIRS), max_chars=100)
+  assert len(a) == len(b) == len(PAIRS)
+  for i, (s, t) in enumerate(PAIRS):
+    assert a[i] == b[i] == {'source': s, 'target': t, 'index': i, 'line': i + 1}
+
+
+def test_empty_and_too_long_pairs_are_dropped_and_counted(tmp_path):
+  lines = ['a b\tc d', '', '  \tx', 'y\t ', 'x' * 11 + '\tshort', 'ok\t' + 'y' * 10, 'e\tf\r']
+  path = write(tmp_path / 'x.tsv', '\n'.join(lines) + '\n')
+  split = parallel_text.ParallelText((path,), max_chars=10)
+  assert split.dropped == {'empty': 3, 'too_long': 1}
+  kept = [(split[i]['source'], split[i]['target'], split[i]['line']) for i in range(len(split))]
+  assert kept == [('a b', 'c d', 1), ('ok', 'y' * 10, 6), ('e', 'f', 7)]
+
+
+def test_bad_input_names_file_and_line(tmp_path):
+  missing = str(tmp_path / 'nope.tsv')
+  with pytest.raises(FileNotFoundError, match='task.train_files: file .*nope.tsv'):
+    parallel_text.ParallelText((missing,), max_chars=10, key='task.train_files')
+  bad = write(tmp_path / 'bad.de', 'gut\nnicht \xff gut\n'.encode('latin-1'))
+  with pytest.raises(ValueError, match=r'bad.de:2: .*not valid UTF-8'):
+    parallel_text.ParallelText((bad, write(tmp_path / 'ok.en', 'good\nnot good\n')), max_chars=99)
+  src, tgt = write(tmp_path / 'a.de', 'a\nb\nc\n'), write(tmp_path / 'a.en', 'a\nb\n')
+  with pytest.raises(ValueError, match=r'a.de has 3 lines but .*a.en has 2'):
+    parallel_text.ParallelText((src, tgt), max_chars=99)
+  tabs = write(tmp_path / 't.tsv', 'a\tb\nc\td\te\n')
+  with pytest.raises(ValueError, match=r't.tsv:2: expected source<TAB>target, found 2 tabs'):
+    parallel_text.ParallelText((tabs,), max_chars=99)
+
+
+def test_word_and_char_vocabularies_come_from_training_text():
+  texts = ['b a a', 'c a b']
+  word = parallel_text.make_vocab(texts, 'word', 2)
+  assert word.symbols == ('a', 'b')  # the 2 most frequent; 'c' becomes UNK
+  assert word.encode('a c') == [word.id_of('a'), UNK_ID, EOS_ID]
+  char = parallel_text.make_vocab(texts, 'char', 100)
+  assert set(char.symbols) == set('abc ')
+  with pytest.raises(ValueError, match='choose from char, word, sentencepiece'):
+    parallel_text.make_vocab(texts, 'bpe', 10)
+
+
+def corpus(n=300):
+  words = ['haus', 'katze', 'hund', 'baum', 'klein', 'gross', 'ist', 'der', 'die', 'schläft']
+  return [' '.join(words[(i * 7 + j * 3) % len(words)] for j in range(3 + i % 5)) for i in range(n)]
+
+
+def test_sentencepiece_is_deterministic_round_trips_and_saves(tmp_path):
+  texts = corpus()
+  vocab = train_sentencepiece(texts, 40)
+  assert vocab == train_sentencepiece(texts, 40)  # same input -> the same model
+  assert vocab.size <= 40
+  assert vocab.tokens([BOS_ID, PAD_ID])[0] == '<bos>'
+  for text in texts[:20]:
+    ids = vocab.encode(text)
+    assert ids[-1] == EOS_ID and UNK_ID not in ids and PAD_ID not in ids
+    assert vocab.decode(ids + [PAD_ID, 17]) == text  # stops at EOS, detokenizes
+  labels = vocab.tokens(vocab.encode(texts[0]) + [PAD_ID])
+  assert labels[-1] == '<eos>' and ''.join(labels[:-1]).replace('\u2581', ' ').strip() == texts[0]
+  vocab.save(tmp_path / 'v.json')
+  assert load_vocab(tmp_path / 'v.json') == vocab
+  Vocab.from_symbols('ab').save(tmp_path / 'c.json')
+  assert load_vocab(tmp_path / 'c.json') == Vocab.from_symbols('ab')
+  cached = train_sentencepiece(texts, 40, cache_dir=tmp_path / 'cache')
+  (model,) = os.listdir(tmp_path / 'cache')
+  assert cached == vocab and model.endswith('.model')
+  assert train_sentencepiece(texts, 40, cache_dir=tmp_path / 'cache') == vocab
+
+
+def make_config(tmp_path, tokenizer='word', **files):
+  c = parallel_text_config.get_config('smoke')
+  with c.unlocked():
+    c.task.tokenizer = tokenizer
+    c.task.data_dir = str(tmp_path / 'data')
+    c.task.train_files = files.get('train', (tsv(tmp_path / 'train.tsv', PAIRS),))
+    c.task.eval_files = files.get('eval', aligned(tmp_path, 'eval', PAIRS[:3]))
+    c.task.test_files = files.get('test', (tsv(tmp_path / 'test.tsv', PAIRS[3:]),))
+  return c
+
+
+def test_task_scores_detokenized_output_with_sacrebleu(tmp_path):
+  task = load_task(config_lib.parse(make_config(tmp_path, 'sentencepiece')))
+  assert isinstance(task.target_vocab, SentencePieceVocab)
+  assert os.listdir(tmp_path / 'data' / 'attnlab_sentencepiece')
+  test = task.split('test')
+  perfect = [
+    {'index': i, 'hypothesis': task.target_vocab.encode(test[i]['target'])[:-1]}
+    for i in range(len(test))
+  ]
+  out = task.decoded_metrics('test', perfect)
+  assert out['bleu'] == pytest.approx(100.0) and out['chrf'] == pytest.approx(100.0)
+  hyps = ['the dog barks', 'the cat is big', 'the tree is big']
+  rows = [{'index': i, 'hypothesis': task.target_vocab.encode(h)[:-1]} for i, h in enumerate(hyps)]
+  out = task.decoded_metrics('test', rows)
+  refs = [test[i]['target'] for i in range(3)]
+  assert out['bleu'] == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs]).score)
+  assert out['chrf'] == pytest.approx(sacrebleu.corpus_chrf(hyps, [refs]).score)
+  lengths = [len(task.source_vocab.encode(test[i]['source'])) - 1 for i in range(3)]
+  buckets = out['bleu_by_length']
+  assert [b['bucket'] for b in buckets] == [f'{k}-{k + 9}' for k in range(0, 10 * len(buckets), 10)]
+  assert [b['count'] for b in buckets] == [
+    sum(n // 10 == k for n in lengths) for k in range(max(lengths) // 10 + 1)
+  ]
+  full = [b for b in buckets if b['count'] == 3]
+  assert not full or full[0]['bleu'] == pytest.approx(out['bleu'])
+
+
+def test_task_requires_every_split_and_valid_fields(tmp_path):
+  c = make_config(tmp_path, test=())
+  with pytest.raises(ValueError, match=r'task.test_files is empty'):
+    load_task(c)
+  c = make_config(tmp_path)
+  with c.unlocked():
+    c.task.train_files = ('a', 'b', 'c')
+  with pytest.raises(config_lib.ConfigError, match='task.train_files'):
+    config_lib.parse(c)
+  with c.unlocked():
+    c.task.train_files = ('a.tsv',)
+    c.task.tokenizer = 'bpe'
+  with pytest.raises(config_lib.ConfigError, match='task.tokenizer.*choose from'):
+    config_lib.parse(c)
+
+
+def test_word_task_vocab_ignores_eval_only_words(tmp_path):
+  eval_pairs = [('unbekannt wort', 'unknown word')]
+  task = load_task(make_config(tmp_path, eval=(tsv(tmp_path / 'e.tsv', eval_pairs),)))
+  assert 'unbekannt' not in task.source_vocab.symbols
+  assert task.source_vocab.encode('unbekannt haus')[0] == UNK_ID
+  assert task.split('eval')[0]['target'] == 'unknown word'

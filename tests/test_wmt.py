@@ -1,0 +1,76 @@
+"""WMT'14 configs: train two steps end to end on TFDS mock data (no download, no TensorFlow)."""
+
+import json
+import os
+
+import pytest
+import tensorflow_datasets as tfds
+
+from attnlab import config as config_lib
+from attnlab import train
+from attnlab.data import load_task
+from attnlab.data.sentencepiece_vocab import SentencePieceVocab, load_vocab
+from configs import wmt14_de_en, wmt14_en_fr
+
+
+def smoke(module, tmp_path):
+  c = module.get_config('smoke')
+  with c.unlocked():
+    c.task.data_dir = str(tmp_path / 'tfds')
+    c.eval.max_examples = 16
+    c.eval.num_heatmaps = 0  # an untrained model may emit PAD, which heatmaps.py rejects
+  return c
+
+
+def test_de_en_trains_two_steps_on_mock_data(tmp_path):
+  workdir = str(tmp_path / 'run')
+  with tfds.testing.mock_data(num_examples=64):
+    final = train.train_and_evaluate(smoke(wmt14_de_en, tmp_path), workdir)
+  assert {'bleu', 'chrf', 'bleu_by_length'} <= set(final['test'])
+  assert 0.0 <= final['test']['bleu'] <= 100.0
+  with open(os.path.join(workdir, 'final_metrics.json')) as f:
+    assert json.load(f)['step'] == 2
+  # The SentencePiece models travel with the run directory.
+  for side in ('source', 'target'):
+    assert isinstance(load_vocab(os.path.join(workdir, f'{side}_vocab.json')), SentencePieceVocab)
+  assert os.listdir(tmp_path / 'tfds' / 'attnlab_sentencepiece')
+
+
+def test_en_fr_reads_the_fr_en_builder_in_the_right_direction(tmp_path):
+  read = []
+
+  def fake_source(builder, split, **kwargs):
+    read.append((builder.name, builder.builder_config.name, split))
+    return [{'en': f'english {split} {i}', 'fr': f'français {split} {i}'} for i in range(8)]
+
+  with tfds.testing.mock_data(as_data_source_fn=fake_source):
+    task = load_task(config_lib.parse(smoke(wmt14_en_fr, tmp_path)))
+    assert task.split('eval')[3] == {
+      'source': 'english validation 3',
+      'target': 'français validation 3',
+      'index': 3,
+    }
+  assert task.name == 'wmt14_translate/en-fr'
+  assert read == [('wmt14_translate', 'fr-en', 'train'), ('wmt14_translate', 'fr-en', 'validation')]
+  assert 'ç' in task.target_vocab.decode(task.target_vocab.encode('français'))
+
+
+def test_language_pairs_are_checked(tmp_path):
+  c = smoke(wmt14_de_en, tmp_path)
+  with c.unlocked():
+    c.task.source_language = 'xx'
+  with pytest.raises(ValueError, match='task.source_language=.*choose from .*de'):
+    load_task(c)
+  with c.unlocked():
+    c.task.source_language, c.task.target_language = 'de', 'fr'
+  with pytest.raises(ValueError, match='no pair de->fr; choose a direction of .*de-en'):
+    load_task(c)
+
+
+@pytest.mark.parametrize('module', [wmt14_de_en, wmt14_en_fr])
+def test_configs_parse(module):
+  cfg = config_lib.parse(module.get_config())
+  assert (cfg.model.hidden_size, cfg.model.encoder_layers, cfg.eval.search) == (1000, 4, 'beam')
+  assert config_lib.parse(module.get_config('local_p')).model.attention.window == 'local_p'
+  with pytest.raises(ValueError, match='choose from smoke, local_p'):
+    module.get_config('nope')
