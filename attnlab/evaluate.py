@@ -11,6 +11,7 @@ shares are gathered, so every process computes the metrics over the whole split.
 from __future__ import annotations
 
 import functools
+import json
 import os
 
 import jax
@@ -88,6 +89,7 @@ class Evaluator:
     if self.enabled:
       self._write_samples(split, step, rows)
       self._write_heatmaps(split, step, rows)
+      self._write_predictions(split, rows)
     return result
 
   def _decode_rows(self, params, batches) -> list[dict]:
@@ -143,14 +145,27 @@ class Evaluator:
                 f"  ref: {tgt_vocab.decode(r['reference'])}\n"
                 f"  hyp: {tgt_vocab.decode(r['hypothesis'])}\n")
 
+  def _write_predictions(self, split: str, rows: list[dict]) -> None:
+    """Per-example correctness of the latest evaluation (paired significance tests)."""
+    with open(os.path.join(self.workdir, f'predictions_{split}.jsonl'), 'w') as f:
+      for r in sorted(rows, key=lambda r: r['index']):
+        f.write(json.dumps({'index': r['index'], 'correct': bool(r['correct']),
+                            'source_length': len(r['source'])}) + '\n')
+
   def _write_heatmaps(self, split: str, step: int, rows: list[dict]) -> None:
     if self.cfg.model.kind == 'rnn' and self.cfg.model.attention.timing == 'none':
       return  # no attention to draw
     folder = os.path.join(self.workdir, 'attention')
     os.makedirs(folder, exist_ok=True)
     src_vocab, tgt_vocab = self.task.source_vocab, self.task.target_vocab
+    arrays = {}
     for r in sorted(rows, key=lambda r: r['index'])[:self.cfg.eval.num_heatmaps]:
+      source, output = src_vocab.tokens(r['source'] + [EOS_ID]), tgt_vocab.tokens(r['output'])
       heatmaps.save_heatmap(
           os.path.join(folder, f"{split}_step{step:07d}_ex{r['index']}.png"), r['attention'],
-          src_vocab.tokens(r['source'] + [EOS_ID]), tgt_vocab.tokens(r['output']),
+          source, output,
           title=f"{split} #{r['index']} step {step} ({'correct' if r['correct'] else 'wrong'})")
+      arrays[f"weights_{r['index']}"] = np.asarray(r['attention'], np.float32)
+      arrays[f"source_{r['index']}"] = np.array(source, dtype=str)
+      arrays[f"output_{r['index']}"] = np.array(output, dtype=str)
+    np.savez_compressed(os.path.join(folder, f'{split}_step{step:07d}.npz'), **arrays)

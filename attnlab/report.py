@@ -1,6 +1,6 @@
 """Results of a sweep directory: results.md, results.csv and plots.
 
-    python -m attnlab.report runs/score_timing [--metric=sequence_accuracy]
+    python -m attnlab.report runs/score_timing [--metric=auto]
 
 Reads DIR/sweep.json (written by `attnlab.sweep`) and every trial directory. Trials are grouped
 by their config file (the task) and, inside a group, by variant: the trial's overrides except
@@ -9,9 +9,9 @@ other decoded metrics (PER, WER, BLEU, chrF when the task has them), attention e
 alignment error rate, parameter count, training tokens/s (median over logging windows after
 the first, which includes compilation) and wall time per trial. Failed trials are marked.
 
-Significance: each variant against the best one of its group by a paired bootstrap of
-per-example exact-match correctness (Koehn 2004), paired by seed and test example, read from
-each trial's predictions_test.jsonl ({"index": i, "correct": true} per line). Plots
+Significance (attnlab/report_stats.py): each variant against the best one of its group by a
+paired bootstrap of per-example exact-match correctness, read from each trial's
+predictions_test.jsonl ({"index": i, "correct": true} per line). Plots
 (attnlab/report_plots.py) go to DIR/plots/.
 """
 
@@ -29,16 +29,26 @@ import sys
 import numpy as np
 from absl import app, flags
 
-from attnlab import report_plots, sweep_runner, trials as trials_lib
-from attnlab.trials import SEED_KEY, Trial
+from attnlab import report_plots, sweep_runner
+from attnlab import trials as trials_lib
+from attnlab.report_stats import (
+  BOOTSTRAP_SAMPLES,
+  LOWER_IS_BETTER,
+  primary_metric,
+  rank,
+  significance,
+)
+from attnlab.trials import Trial
 
 PREDICTIONS = 'predictions_test.jsonl'
-BOOTSTRAP_SAMPLES = 2000
 EXTRA_METRICS = ('per', 'wer', 'bleu', 'chrf')  # shown when a task reports them
 ATTENTION_METRICS = ('attention_entropy', 'alignment_error_rate')
-LOWER_IS_BETTER = ('loss', 'perplexity', 'per', 'wer', 'alignment_error_rate')
 
-_METRIC = flags.DEFINE_string('metric', 'sequence_accuracy', 'Test metric that ranks variants.')
+_METRIC = flags.DEFINE_string(
+  'metric',
+  'auto',
+  'Test metric that ranks variants (auto: wer where the task reports it, else sequence_accuracy).',
+)
 
 
 @dataclasses.dataclass
@@ -59,8 +69,11 @@ class TrialResult:
 
   @property
   def tokens_per_sec(self) -> float | None:
-    rates = [e['tokens_per_sec'] for e in self.events
-             if e.get('split') == 'train' and 'tokens_per_sec' in e]
+    rates = [
+      e['tokens_per_sec']
+      for e in self.events
+      if e.get('split') == 'train' and 'tokens_per_sec' in e
+    ]
     rates = rates[1:] or rates  # the first window includes compilation
     return statistics.median(rates) if rates else None
 
@@ -126,81 +139,38 @@ def read_trial(workdir: str, trial: Trial) -> TrialResult:
     with open(os.path.join(directory, sweep_runner.FINAL_FILE)) as f:
       final = json.load(f)
   # A resumed run logs some steps twice; the last entry per (step, split) wins.
-  events = {(e.get('step'), e.get('split')): e
-            for e in _read_jsonl(os.path.join(directory, 'metrics.jsonl'))}
+  events = {
+    (e.get('step'), e.get('split')): e
+    for e in _read_jsonl(os.path.join(directory, 'metrics.jsonl'))
+  }
   rows = _read_jsonl(os.path.join(directory, PREDICTIONS))
   predictions = {int(r['index']): bool(r['correct']) for r in rows} if rows else None
-  return TrialResult(trial, directory, state, sweep_runner.read_status(directory), final,
-                     sorted(events.values(), key=lambda e: e.get('step', 0)), predictions)
+  return TrialResult(
+    trial,
+    directory,
+    state,
+    sweep_runner.read_status(directory),
+    final,
+    sorted(events.values(), key=lambda e: e.get('step', 0)),
+    predictions,
+  )
 
 
 def collect(workdir: str) -> tuple[dict, dict[str, list[Variant]]]:
   """The manifest and, per group (config file), its variants in sweep order."""
   manifest, trials = trials_lib.read_manifest(workdir)
-  keys = {k for t in trials for k in t.variant}
-  short = trials_lib.short_keys(sorted(keys))
+  short = trials_lib.short_keys(sorted({k for t in trials for k in t.variant}))
   groups: dict[str, dict[str, Variant]] = {}
   for trial in trials:
-    label = ', '.join(f'{short[k]}={trials_lib.format_value(v)}'
-                      for k, v in trial.variant.items()) or 'base'
+    overrides = trial.variant
+    label = (
+      ', '.join(f'{short[k]}={trials_lib.format_value(v)}' for k, v in overrides.items()) or 'base'
+    )
     variants = groups.setdefault(trial.config, {})
     if label not in variants:
-      variants[label] = Variant(trial.config, label, trial.variant, [])
+      variants[label] = Variant(trial.config, label, overrides, [])
     variants[label].results.append(read_trial(workdir, trial))
   return manifest, {g: list(v.values()) for g, v in groups.items()}
-
-
-def paired_bootstrap(a, b, *, samples: int = BOOTSTRAP_SAMPLES, seed: int = 0) -> dict:
-  """Paired bootstrap of mean(b) - mean(a) over examples (0/1 or real per-example scores).
-
-  Returns {'delta', 'ci_low', 'ci_high' (95% percentile interval), 'p_value' (two-sided: twice
-  the smaller share of resampled differences on either side of zero, at most 1), 'n'}.
-  """
-  a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-  if a.shape != b.shape or a.ndim != 1 or not a.size:
-    raise ValueError(f'paired_bootstrap: need two equal non-empty 1-D arrays, got {a.shape} '
-                     f'and {b.shape}')
-  diff = b - a
-  rng = np.random.default_rng(seed)
-  means = np.array([diff[rng.integers(0, diff.size, diff.size)].mean()
-                    for _ in range(samples)])
-  p = min(1.0, 2.0 * min(np.mean(means <= 0.0), np.mean(means >= 0.0)))
-  low, high = np.percentile(means, [2.5, 97.5])
-  return {'delta': float(diff.mean()), 'ci_low': float(low), 'ci_high': float(high),
-          'p_value': float(p), 'n': int(diff.size)}
-
-
-def paired_correctness(best: Variant, other: Variant) -> tuple[list[bool], list[bool]]:
-  """Correctness of both variants on the test examples they share, seed by seed."""
-  by_seed = lambda v: {r.trial.overrides.get(SEED_KEY): r.predictions for r in v.finished
-                       if r.predictions is not None}
-  mine, theirs = by_seed(best), by_seed(other)
-  a, b = [], []
-  for seed in sorted(set(mine) & set(theirs), key=str):
-    for index in sorted(set(mine[seed]) & set(theirs[seed])):
-      a.append(mine[seed][index])
-      b.append(theirs[seed][index])
-  return a, b
-
-
-def rank(variants: list[Variant], metric: str) -> Variant | None:
-  """The variant with the best mean `metric` (first listed among ties)."""
-  scored = [(v.stat(metric)[0], i, v) for i, v in enumerate(variants) if v.stat(metric)]
-  if not scored:
-    return None
-  sign = 1.0 if metric in LOWER_IS_BETTER else -1.0
-  return min(scored, key=lambda s: (sign * s[0], s[1]))[2]
-
-
-def significance(variants: list[Variant], best: Variant | None) -> dict[str, dict]:
-  out = {}
-  for v in variants:
-    if best is None or v is best:
-      continue
-    a, b = paired_correctness(best, v)
-    if a:
-      out[v.label] = paired_bootstrap(a, b)
-  return out
 
 
 def _fmt(stat, digits: int = 3) -> str:
@@ -222,63 +192,91 @@ def _columns(variants: list[Variant], metric: str) -> list[str]:
 
 def group_table(variants: list[Variant], metric: str, best, tests) -> list[str]:
   columns = _columns(variants, metric)
-  head = ['variant', 'seeds', *columns, 'Δ vs best [95% CI]', 'p', 'params', 'tokens/s',
-          'wall/trial']
+  head = [
+    'variant',
+    'seeds',
+    columns[0],
+    'Δ vs best [95% CI]',
+    'p',
+    *columns[1:],
+    'params',
+    'tokens/s',
+    'wall/trial',
+  ]
   lines = ['| ' + ' | '.join(head) + ' |', '|' + '---|' * len(head)]
   for v in variants:
     seeds = f'{len(v.finished)}/{len(v.results)}'
     if v.failed:
       seeds += f' ({len(v.failed)} failed)'
-    cells = [v.label, seeds] + [_fmt(v.stat(m)) for m in columns]
+    cells = [v.label, seeds, _fmt(v.stat(columns[0]))]
     if v is best:
       cells += ['best', '']
     elif v.label in tests:
       t = tests[v.label]
-      cells += [f"{t['delta']:+.3f} [{t['ci_low']:+.3f}, {t['ci_high']:+.3f}]",
-                _fmt_p(t['p_value'])]
+      cells += [
+        f'{t["delta"]:+.3f} [{t["ci_low"]:+.3f}, {t["ci_high"]:+.3f}]',
+        _fmt_p(t['p_value']),
+      ]
     else:
       cells += ['–', '']
-    params = sorted({int(r.final['num_params']) for r in v.finished
-                     if _is_number((r.final or {}).get('num_params'))})
+    cells += [_fmt(v.stat(m)) for m in columns[1:]]
+    params = sorted(
+      {
+        int(r.final['num_params'])
+        for r in v.finished
+        if _is_number((r.final or {}).get('num_params'))
+      }
+    )
     rates = [r.tokens_per_sec for r in v.finished if r.tokens_per_sec is not None]
     walls = v.wall_times()
-    cells += ['/'.join(f'{p:,}' for p in params) or '–',
-              f'{np.mean(rates):,.0f}' if rates else '–',
-              sweep_runner.duration(float(np.mean(walls))) if walls else '–']
+    cells += [
+      '/'.join(f'{p:,}' for p in params) or '–',
+      f'{np.mean(rates):,.0f}' if rates else '–',
+      sweep_runner.duration(float(np.mean(walls))) if walls else '–',
+    ]
     if not v.finished:
       cells[2] = 'failed' if v.failed else 'not run'
     lines.append('| ' + ' | '.join(cells) + ' |')
   return lines
 
 
-def markdown(manifest: dict, groups: dict[str, list[Variant]], metric: str,
-             plots: dict[str, dict[str, str]]) -> str:
+def markdown(
+  manifest: dict, groups: dict[str, list[Variant]], metric: str, plots: dict[str, dict[str, str]]
+) -> str:
   results = [r for vs in groups.values() for v in vs for r in v.results]
   counts = {s: sum(r.state == s for r in results) for s in ('finished', 'failed')}
   unfinished = len(results) - counts['finished'] - counts['failed']
-  lines = [f"# {manifest['name']}", '',
-           f"`python -m attnlab.sweep {manifest['experiment']} --workdir=DIR`: "
-           f"{len(results)} trials, {counts['finished']} finished, {counts['failed']} failed, "
-           f'{unfinished} not finished.', '',
-           f'Test split. Metrics: mean ± std over finished seeds. Δ: exact-match accuracy minus '
-           f"the best variant's (by {metric}), with a 95% interval and two-sided p-value from a "
-           f'paired bootstrap ({BOOTSTRAP_SAMPLES} resamples of test examples, paired by seed '
-           'and example).']
+  lines = [
+    f'# {manifest["name"]}',
+    '',
+    f'`python -m attnlab.sweep {manifest["experiment"]} --workdir=DIR`: '
+    f'{len(results)} trials, {counts["finished"]} finished, {counts["failed"]} failed, '
+    f'{unfinished} not finished.',
+    '',
+    'Test split. Metrics: mean ± std over finished seeds. Δ: exact-match accuracy minus '
+    "the best variant's, with a 95% interval and two-sided p-value from a paired "
+    f'bootstrap ({BOOTSTRAP_SAMPLES} resamples of test examples, paired by seed and '
+    'example).',
+  ]
   for group, variants in groups.items():
-    best = rank(variants, metric)
+    ranked_by = primary_metric(variants, metric)
+    best = rank(variants, ranked_by)
     tests = significance(variants, best)
-    lines += ['', f'## {group}', '']
-    lines += group_table(variants, metric, best, tests)
+    order = 'lower' if ranked_by in LOWER_IS_BETTER else 'higher'
+    lines += ['', f'## {group}', '', f'Best by test {ranked_by} ({order} is better).', '']
+    lines += group_table(variants, ranked_by, best, tests)
     missing = [r.trial.name for v in variants for r in v.finished if r.predictions is None]
     if missing:
-      lines += ['', f'No {PREDICTIONS} in {len(missing)} finished trial(s): no significance '
-                'test for them.']
+      lines += [
+        '',
+        f'No {PREDICTIONS} in {len(missing)} finished trial(s): no significance test for them.',
+      ]
     for kind, path in plots.get(group, {}).items():
       lines += ['', f'![{kind}]({path})']
   failed = [r for r in results if r.state == 'failed']
   if failed:
     lines += ['', '## Failed trials', '']
-    lines += [f"- `{r.trial.name}`: {r.status.get('error') or 'unknown error'}" for r in failed]
+    lines += [f'- `{r.trial.name}`: {r.status.get("error") or "unknown error"}' for r in failed]
   others = [r for r in results if r.state not in ('finished', 'failed')]
   if others:
     lines += ['', '## Not finished', '']
@@ -289,42 +287,55 @@ def markdown(manifest: dict, groups: dict[str, list[Variant]], metric: str,
 def csv_text(groups: dict[str, list[Variant]], metric: str) -> str:
   """One row per variant: every scalar test metric's mean and std, cost, significance."""
   variants = [v for vs in groups.values() for v in vs]
-  names = sorted({k for v in variants for r in v.finished for k, x in r.test.items()
-                  if _is_number(x)})
-  head = ['group', 'variant', 'seeds_finished', 'seeds_failed']
+  names = sorted(
+    {k for v in variants for r in v.finished for k, x in r.test.items() if _is_number(x)}
+  )
+  head = ['group', 'variant', 'ranked_by', 'seeds_finished', 'seeds_failed']
   head += [f'{m}_{s}' for m in names for s in ('mean', 'std')]
-  head += ['num_params', 'tokens_per_sec', 'wall_s', 'delta_vs_best', 'ci_low', 'ci_high',
-           'p_value']
+  head += [
+    'num_params',
+    'tokens_per_sec',
+    'wall_s',
+    'delta_vs_best',
+    'ci_low',
+    'ci_high',
+    'p_value',
+  ]
   out = io.StringIO()
   writer = csv.writer(out, lineterminator='\n')
   writer.writerow(head)
   num = lambda x: '' if x is None else f'{x:.6g}'
   for group, vs in groups.items():
-    tests = significance(vs, rank(vs, metric))
+    ranked_by = primary_metric(vs, metric)
+    tests = significance(vs, rank(vs, ranked_by))
     for v in vs:
-      row = [group, v.label, len(v.finished), len(v.failed)]
+      row = [group, v.label, ranked_by, len(v.finished), len(v.failed)]
       for m in names:
         stat = v.stat(m)
         row += [num(stat[0]), num(stat[1])] if stat else ['', '']
       params = [r.final['num_params'] for r in v.finished if 'num_params' in r.final]
       rates = [r.tokens_per_sec for r in v.finished if r.tokens_per_sec is not None]
       walls = v.wall_times()
-      row += [num(float(np.mean(params))) if params else '',
-              num(float(np.mean(rates))) if rates else '',
-              num(float(np.mean(walls))) if walls else '']
+      row += [
+        num(float(np.mean(params))) if params else '',
+        num(float(np.mean(rates))) if rates else '',
+        num(float(np.mean(walls))) if walls else '',
+      ]
       t = tests.get(v.label, {})
       row += [num(t.get(k)) for k in ('delta', 'ci_low', 'ci_high', 'p_value')]
       writer.writerow(row)
   return out.getvalue()
 
 
-def write_report(workdir: str, metric: str = 'sequence_accuracy', *, plots: bool = True) -> str:
+def write_report(workdir: str, metric: str = 'auto', *, plots: bool = True) -> str:
   """Writes results.md, results.csv and plots/ into `workdir`; returns the results.md path."""
   manifest, groups = collect(workdir)
   written = {}
   if plots:
     for group, variants in groups.items():
-      written[group] = report_plots.plot_group(workdir, group, variants, metric)
+      written[group] = report_plots.plot_group(
+        workdir, group, variants, primary_metric(variants, metric)
+      )
   with open(os.path.join(workdir, 'results.csv'), 'w') as f:
     f.write(csv_text(groups, metric))
   path = os.path.join(workdir, 'results.md')
@@ -335,7 +346,7 @@ def write_report(workdir: str, metric: str = 'sequence_accuracy', *, plots: bool
 
 def main(argv):
   if len(argv) != 2:
-    raise app.UsageError('usage: python -m attnlab.report DIR [--metric=sequence_accuracy]')
+    raise app.UsageError('usage: python -m attnlab.report DIR [--metric=auto]')
   try:
     print(write_report(argv[1], _METRIC.value))
   except trials_lib.SweepError as e:

@@ -83,8 +83,7 @@ def plot_by_length(path: str, variants: Sequence) -> bool:
     xs = [i for i, b in enumerate(buckets) if b in per_bucket]
     values = [per_bucket[buckets[i]] for i in xs]
     errs = [np.std(v, ddof=1) if len(v) > 1 else 0.0 for v in values]
-    ax.errorbar(xs, [np.mean(v) for v in values], yerr=errs, marker='o', capsize=3,
-                label=label)
+    ax.errorbar(xs, [np.mean(v) for v in values], yerr=errs, marker='o', capsize=3, label=label)
   ax.set_xticks(x)
   ax.set_xticklabels(buckets)
   ax.set_xlabel('source length (tokens)')
@@ -97,8 +96,9 @@ def plot_by_length(path: str, variants: Sequence) -> bool:
 
 def _curve(results, split: str, key: str) -> tuple[list[int], list[float]]:
   """Mean over seeds of `key` at the steps every seed logged."""
-  per_seed = [{e['step']: e[key] for e in r.events if e.get('split') == split and key in e}
-              for r in results]
+  per_seed = [
+    {e['step']: e[key] for e in r.events if e.get('split') == split and key in e} for r in results
+  ]
   per_seed = [s for s in per_seed if s]
   if not per_seed:
     return [], []
@@ -127,8 +127,7 @@ def plot_curves(path: str, variants: Sequence, metric: str) -> bool:
 
 def _heatmap_trials(variants: Sequence) -> list:
   """One finished trial per variant, all with the same seed where possible (same examples)."""
-  seeds = [{r.trial.overrides.get(SEED_KEY) for r in v.finished} for v in variants
-           if v.finished]
+  seeds = [{r.trial.overrides.get(SEED_KEY) for r in v.finished} for v in variants if v.finished]
   common = sorted(set.intersection(*seeds), key=str) if seeds else []
   chosen = []
   for v in variants:
@@ -139,7 +138,7 @@ def _heatmap_trials(variants: Sequence) -> list:
 
 
 def _npz(result) -> str:
-  return os.path.join(result.directory, 'attention', f"test_step{result.final['step']:07d}.npz")
+  return os.path.join(result.directory, 'attention', f'test_step{result.final["step"]:07d}.npz')
 
 
 def _pngs(result) -> dict[int, str]:
@@ -153,8 +152,9 @@ def _pngs(result) -> dict[int, str]:
 
 
 def plot_attention(path: str, variants: Sequence) -> bool:
-  chosen = [(label, r) for label, r in _heatmap_trials(variants)
-            if os.path.isfile(_npz(r)) or _pngs(r)]
+  chosen = [
+    (label, r) for label, r in _heatmap_trials(variants) if os.path.isfile(_npz(r)) or _pngs(r)
+  ]
   if not chosen:
     return False  # e.g. only timing=none variants: no attention to show
   if all(os.path.isfile(_npz(r)) for _, r in chosen):
@@ -162,15 +162,21 @@ def plot_attention(path: str, variants: Sequence) -> bool:
     for label, r in chosen:
       with np.load(_npz(r)) as data:
         arrays.append((label, r, {k: data[k] for k in data.files}))
-    indices = set.intersection(*({int(k.split('_')[1]) for k in a if k.startswith('weights_')}
-                                 for _, _, a in arrays))
+    indices = set.intersection(
+      *({int(k.split('_')[1]) for k in a if k.startswith('weights_')} for _, _, a in arrays)
+    )
     panels = []
     for index in sorted(indices)[:MAX_EXAMPLES]:
       for label, r, a in arrays:
         seed = r.trial.overrides.get(SEED_KEY)
-        panels.append((f'{label}\n#{index} (seed {seed})', a[f'weights_{index}'],
-                       [str(t) for t in a[f'source_{index}']],
-                       [str(t) for t in a[f'output_{index}']]))
+        panels.append(
+          (
+            f'{label}\n#{index} (seed {seed})',
+            a[f'weights_{index}'],
+            [str(t) for t in a[f'source_{index}']],
+            [str(t) for t in a[f'output_{index}']],
+          )
+        )
     if panels:
       heatmaps.save_heatmap_grid(path, panels, ncols=len(arrays))
       return True
@@ -186,7 +192,7 @@ def plot_attention(path: str, variants: Sequence) -> bool:
       ax = axes[row][col]
       ax.imshow(mpimg.imread(files[index]))
       ax.set_axis_off()
-      ax.set_title(f"{label}\n#{index} (seed {r.trial.overrides.get(SEED_KEY)})", fontsize=7)
+      ax.set_title(f'{label}\n#{index} (seed {r.trial.overrides.get(SEED_KEY)})', fontsize=7)
   _save(fig, path)
   return True
 
@@ -195,10 +201,12 @@ def plot_group(workdir: str, group: str, variants: Sequence, metric: str) -> dic
   """Writes the group's plots; returns kind -> path relative to `workdir` of those drawn."""
   slug = config_label(group)
   drawn = {}
-  for kind, draw in (('metric', lambda p: plot_metric(p, variants, metric)),
-                     ('by_length', lambda p: plot_by_length(p, variants)),
-                     ('curves', lambda p: plot_curves(p, variants, metric)),
-                     ('attention', lambda p: plot_attention(p, variants))):
+  for kind, draw in (
+    ('metric', lambda p: plot_metric(p, variants, metric)),
+    ('by_length', lambda p: plot_by_length(p, variants)),
+    ('curves', lambda p: plot_curves(p, variants, metric)),
+    ('attention', lambda p: plot_attention(p, variants)),
+  ):
     relative = os.path.join('plots', f'{slug}-{kind}.png')
     if draw(os.path.join(workdir, relative)):
       drawn[kind] = relative

@@ -1,12 +1,17 @@
 """Runs the trials of a sweep: local subprocesses with a progress display, or a SLURM array.
 
+SLURM: `write_slurm_commands` lists one command per trial for launch/slurm_sweep.sh, which
+submits them as one job array (`slurm_submission`).
+
 Per trial directory DIR/NAME the runner keeps, next to what `attnlab.main` writes:
   sweep_status.json  {'status': running | finished | failed | interrupted, 'attempts', 'wall_s'
                       (summed over attempts), 'returncode', 'error' (the telling line) and
                       'error_tail' (the last lines of the log), 'config', 'overrides'}
   sweep_log.txt      stdout and stderr of every attempt, appended
 A trial is finished when its final_metrics.json exists. Anything else is (re)started; the
-training loop resumes it from its latest checkpoint.
+training loop resumes it from its latest checkpoint. Trials share JAX's persistent compilation
+cache in DIR/jax_cache (unless JAX_COMPILATION_CACHE_DIR is set), so the seeds of a variant
+compile its programs once.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import json
 import os
 import re
 import shlex
+import socket
 import subprocess
 import sys
 import time
@@ -25,6 +31,8 @@ from attnlab.trials import PROJECT_ROOT, SweepError, Trial
 STATUS_FILE = 'sweep_status.json'
 LOG_FILE = 'sweep_log.txt'
 FINAL_FILE = 'final_metrics.json'
+CACHE_ENV, CACHE_DIR = 'JAX_COMPILATION_CACHE_DIR', 'jax_cache'
+SLURM_SUBMIT = os.path.join(PROJECT_ROOT, 'launch', 'slurm_sweep.sh')
 _TAIL_LINES = 30
 _ERROR_LINE = re.compile(r'^(\w+\.)*\w*(Error|Exception|Exit|Interrupt)\b|^FATAL|^Killed')
 
@@ -57,6 +65,21 @@ def trial_state(directory: str) -> str:
   return read_status(directory).get('status', 'new')
 
 
+def running_elsewhere(directory: str) -> int | None:
+  """The pid of a live process of this host that an earlier sweep started on the trial."""
+  status = read_status(directory)
+  pid = status.get('pid')
+  if status.get('status') != 'running' or not pid or status.get('host') != socket.gethostname():
+    return None
+  try:
+    os.kill(pid, 0)  # signal 0: only checks that the process exists
+  except ProcessLookupError:
+    return None
+  except PermissionError:
+    return pid
+  return pid
+
+
 def _identity(trial: Trial) -> dict:
   # JSON round trip: tuples read back as lists, so compare the stored form.
   return json.loads(json.dumps({'config': trial.config, 'overrides': trial.all_overrides()}))
@@ -69,7 +92,8 @@ def check_same_trial(directory: str, trial: Trial) -> None:
     raise SweepError(
       f'{directory} was run with config {status.get("config")} and overrides '
       f'{status.get("overrides")}, but the experiment now gives {trial.config} and '
-      f'{trial.all_overrides()}; use a new --workdir or delete that directory')
+      f'{trial.all_overrides()}; use a new --workdir or delete that directory'
+    )
 
 
 def error_summary(tail: Sequence[str]) -> str:
@@ -109,11 +133,13 @@ def duration(seconds: float) -> str:
   return f'{hours}h{minutes:02d}m{secs:02d}s' if hours else f'{minutes}m{secs:02d}s'
 
 
-def subprocess_env() -> dict:
+def subprocess_env(workdir: str) -> dict:
   env = dict(os.environ)
   # Config files import `configs.base`; trials must find it from any working directory.
   env['PYTHONPATH'] = os.pathsep.join(p for p in (PROJECT_ROOT, env.get('PYTHONPATH')) if p)
   env['PYTHONUNBUFFERED'] = '1'
+  # Seeds of one variant compile the same programs: JAX's persistent cache compiles them once.
+  env.setdefault(CACHE_ENV, os.path.join(os.path.abspath(workdir), CACHE_DIR))
   return env
 
 
@@ -125,15 +151,26 @@ class LocalRunner:
     total_steps: trial name -> train.num_steps, for the progress display.
     parallel: trials running at once.
     progress_every: seconds between progress lines (one also comes whenever a trial ends).
+    python: the interpreter that runs `-m attnlab.main`.
   """
 
-  def __init__(self, workdir: str, total_steps: dict[str, int], *, parallel: int = 1,
-               progress_every: float = 30.0, poll: float = 0.5, python: str = sys.executable,
-               out=sys.stdout):
+  def __init__(
+    self,
+    workdir: str,
+    total_steps: dict[str, int],
+    *,
+    parallel: int = 1,
+    progress_every: float = 30.0,
+    poll: float = 0.5,
+    python: str = sys.executable,
+    out=sys.stdout,
+    sleep=time.sleep,
+  ):
     if parallel < 1:
       raise SweepError(f'--parallel={parallel} must be >= 1')
     self.workdir, self.total_steps, self.parallel = workdir, total_steps, parallel
     self.progress_every, self.poll, self.python, self.out = progress_every, poll, python, out
+    self._sleep = sleep  # between polls of the running processes
     self._running: dict[str, tuple[Trial, subprocess.Popen, float, int]] = {}
     self._counts = {'finished': 0, 'failed': 0}
 
@@ -143,8 +180,14 @@ class LocalRunner:
   def record_invalid(self, trial: Trial, error: str) -> None:
     """A trial whose config does not build is failed without starting a process."""
     directory = trial_dir(self.workdir, trial)
-    status = {**read_status(directory), **_identity(trial), 'status': 'failed',
-              'returncode': None, 'error': error, 'error_tail': [error]}
+    status = {
+      **read_status(directory),
+      **_identity(trial),
+      'status': 'failed',
+      'returncode': None,
+      'error': error,
+      'error_tail': [error],
+    }
     status.setdefault('wall_s', 0.0)
     status.setdefault('attempts', 0)
     write_status(directory, status)
@@ -153,7 +196,14 @@ class LocalRunner:
 
   def run(self, trials: Sequence[Trial]) -> dict[str, str]:
     """Runs `trials` (none of them finished); returns name -> final state."""
-    queue, states = list(trials), {}
+    queue, states = [], {}
+    for trial in trials:
+      pid = running_elsewhere(trial_dir(self.workdir, trial))
+      if pid:
+        states[trial.name] = 'running'
+        self._print(f'[skip] {trial.name}: still running as process {pid}; not started twice')
+      else:
+        queue.append(trial)
     self._total = len(trials)
     self._start = time.monotonic()
     self._done_steps_at_start = sum(self._steps_done(t) for t in trials)
@@ -169,7 +219,7 @@ class LocalRunner:
           self._print(self.progress_line(trials))
           last_progress = time.monotonic()
         if self._running:
-          time.sleep(self.poll)
+          self._sleep(self.poll)
     except KeyboardInterrupt:
       self._interrupt()
       raise
@@ -184,14 +234,30 @@ class LocalRunner:
     with open(log_path, 'a') as log:
       offset = log.tell()
       attempt = status.get('attempts', 0) + 1
-      log.write(f'=== attempt {attempt} {time.strftime("%Y-%m-%d %H:%M:%S")}: '
-                f'{shlex.join(command)}\n')
+      log.write(
+        f'=== attempt {attempt} {time.strftime("%Y-%m-%d %H:%M:%S")}: {shlex.join(command)}\n'
+      )
       log.flush()
-      process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
-                                 env=subprocess_env(), cwd=os.getcwd())
-    write_status(directory, {**status, **_identity(trial), 'status': 'running',
-                             'attempts': attempt, 'command': command,
-                             'wall_s': status.get('wall_s', 0.0), 'pid': process.pid})
+      process = subprocess.Popen(
+        command,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=subprocess_env(self.workdir),
+        cwd=os.getcwd(),
+      )
+    write_status(
+      directory,
+      {
+        **status,
+        **_identity(trial),
+        'status': 'running',
+        'attempts': attempt,
+        'command': command,
+        'wall_s': status.get('wall_s', 0.0),
+        'pid': process.pid,
+        'host': socket.gethostname(),
+      },
+    )
     self._running[trial.name] = (trial, process, time.monotonic(), offset)
     resumed = f' (resuming from step {last_train_step(directory)})' if attempt > 1 else ''
     self._print(f'[start] {trial.name}{resumed}')
@@ -212,8 +278,10 @@ class LocalRunner:
       tail = _tail(os.path.join(directory, LOG_FILE), offset)
       status.update(status='failed', error=error_summary(tail), error_tail=tail)
       self._counts['failed'] += 1
-      self._print(f'[FAILED] {trial.name} (exit {process.returncode}): {status["error"]} '
-                  f'-- log: {os.path.join(directory, LOG_FILE)}')
+      self._print(
+        f'[FAILED] {trial.name} (exit {process.returncode}): {status["error"]} '
+        f'-- log: {os.path.join(directory, LOG_FILE)}'
+      )
     write_status(directory, status)
     return status['status']
 
@@ -235,8 +303,11 @@ class LocalRunner:
       directory = trial_dir(self.workdir, trial)
       status = read_status(directory)
       status.pop('pid', None)
-      status.update(status='interrupted', returncode=process.returncode,
-                    wall_s=status.get('wall_s', 0.0) + time.monotonic() - started)
+      status.update(
+        status='interrupted',
+        returncode=process.returncode,
+        wall_s=status.get('wall_s', 0.0) + time.monotonic() - started,
+      )
       write_status(directory, status)
       self._print(f'[interrupted] {name}; rerun the sweep to resume it')
     self._running.clear()
@@ -256,45 +327,50 @@ class LocalRunner:
     eta = duration((total - done) / rate) if rate > 0 else '?'
     finished, failed = self._counts['finished'], self._counts['failed']
     percent = 100.0 * done / total if total else 100.0
-    return (f'sweep {finished}/{self._total} done, {failed} failed, {len(self._running)} running'
-            f' | steps {done}/{total} ({percent:.1f}%) | {duration(elapsed)} | ETA {eta}')
+    return (
+      f'sweep {finished}/{self._total} done, {failed} failed, {len(self._running)} running'
+      f' | steps {done}/{total} ({percent:.1f}%) | {duration(elapsed)} | ETA {eta}'
+    )
 
 
-def slurm_script(experiment_path: str, workdir: str, trials: Sequence[Trial], *, parallel: int,
-                 python: str = sys.executable, job_name: str = 'attnlab-sweep') -> str:
-  """A self-contained sbatch job-array script: array task i runs trial i of `trials`.
+def write_slurm_commands(
+  experiment_path: str, workdir: str, trials: Sequence[Trial], *, python: str = sys.executable
+) -> str:
+  """DIR/slurm_commands.txt for launch/slurm_sweep.sh: array task i runs line i+1.
 
-  Each task calls `python -m attnlab.sweep EXPERIMENT --workdir=DIR --trial=NAME`, so status
-  files, skipping and resuming work as they do locally. Resources (partition, GPUs, time) go
-  on the sbatch command line, which overrides the #SBATCH lines.
+  Each line runs one trial through this runner (`attnlab.sweep ... --trial=NAME`), so status
+  files, logs, skipping and resuming work on the cluster as they do locally.
   """
-  names = '\n'.join(f'  {shlex.quote(t.name)}' for t in trials)
-  throttle = f'%{parallel}' if parallel > 0 else ''
-  logs = os.path.join(os.path.abspath(workdir), 'slurm', '%A_%a.out')
-  return f"""#!/usr/bin/env bash
-# Generated by attnlab.sweep for {experiment_path}: one array task per unfinished trial.
-#SBATCH --job-name={job_name}
-#SBATCH --array=0-{len(trials) - 1}{throttle}
-#SBATCH --ntasks=1
-#SBATCH --output={logs}
-set -euo pipefail
-: "${{SLURM_ARRAY_TASK_ID:?run this script with sbatch}}"
-cd {shlex.quote(os.getcwd())}
-export PYTHONPATH={shlex.quote(PROJECT_ROOT)}${{PYTHONPATH:+:$PYTHONPATH}}
-PYTHON="${{PYTHON:-{python}}}"
-TRIALS=(
-{names}
-)
-exec "$PYTHON" -m attnlab.sweep {shlex.quote(experiment_path)} \\
-  --workdir={shlex.quote(workdir)} --trial="${{TRIALS[$SLURM_ARRAY_TASK_ID]}}" --noreport
-"""
-
-
-def write_slurm(experiment_path: str, workdir: str, trials: Sequence[Trial], *, parallel: int,
-                job_name: str) -> str:
-  os.makedirs(os.path.join(workdir, 'slurm'), exist_ok=True)
-  path = os.path.join(workdir, 'slurm', 'sweep.sbatch')
+  os.makedirs(workdir, exist_ok=True)
+  path = os.path.join(workdir, 'slurm_commands.txt')  # logs go to DIR/slurm_logs/
+  experiment, root = os.path.abspath(experiment_path), os.path.abspath(workdir)
   with open(path, 'w') as f:
-    f.write(slurm_script(experiment_path, workdir, trials, parallel=parallel, job_name=job_name))
-  os.chmod(path, 0o755)
+    for trial in trials:
+      f.write(
+        shlex.join(
+          [
+            python,
+            '-m',
+            'attnlab.sweep',
+            experiment,
+            f'--workdir={root}',
+            f'--trial={trial.name}',
+            '--noreport',
+          ]
+        )
+        + '\n'
+      )
   return path
+
+
+def slurm_submission(
+  commands_file: str, sbatch_args: Sequence[str], *, parallel: int, job_name: str, dry_run: bool
+) -> tuple[list[str], dict]:
+  """The launch/slurm_sweep.sh command (and its environment) that submits the job array."""
+  if not os.path.isfile(SLURM_SUBMIT):
+    raise SweepError(f'{SLURM_SUBMIT} is missing: it submits sweeps to SLURM')
+  command = ['bash', SLURM_SUBMIT] + (['--dry_run'] if dry_run else [])
+  env = {**os.environ, 'JOB_NAME': job_name}
+  if parallel > 0:
+    env['MAX_PARALLEL'] = str(parallel)
+  return command + [commands_file, *sbatch_args], env

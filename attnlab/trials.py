@@ -9,8 +9,10 @@ An experiment is a plain Python file (see experiments/):
         for seed in range(3):
           add(**{'model.attention.score': score, 'seed': seed})
 
-`add(config='configs/dates.py', **overrides)` starts that trial from another config file
-(`base()` returning the config string may replace BASE). A trial runs
+`add(config='configs/dates.py', fixed={...}, **overrides)` starts that trial from another
+config file and adds overrides that, like FIXED, stay out of its name (`base()` returning the
+config string may replace BASE). The report makes one section per config file, with one row
+per variant (the overrides except the seed). A trial runs
 `python -m attnlab.main --config=CONFIG --workdir=DIR/NAME --config.KEY=VALUE ...`; NAME is
 built from the trial's own overrides (`score=dot,seed=0`), so it is readable and stays the same
 when other trials are added. `trial_config` applies the overrides to the loaded config exactly
@@ -52,14 +54,14 @@ class Trial:
   name: str
   config: str  # config file[:variant]
   overrides: dict  # this trial's own overrides, in the order `add` got them
-  fixed: dict  # the experiment's FIXED overrides (applied first)
+  fixed: dict  # FIXED and add(fixed=...) overrides: applied first, not in the name
 
   def all_overrides(self) -> dict:
     return {**self.fixed, **self.overrides}
 
   @property
   def variant(self) -> dict:
-    """The overrides that define the variant: all but the seed."""
+    """The overrides that make this trial's report row: all but the seed."""
     return {k: v for k, v in self.overrides.items() if k != SEED_KEY}
 
   def command(self, workdir: str, python: str = sys.executable) -> list[str]:
@@ -67,8 +69,12 @@ class Trial:
     return args + [f'--config.{k}={format_value(v)}' for k, v in self.all_overrides().items()]
 
   def to_json(self) -> dict:
-    return {'name': self.name, 'config': self.config, 'overrides': self.overrides,
-            'fixed': self.fixed}
+    return {
+      'name': self.name,
+      'config': self.config,
+      'overrides': self.overrides,
+      'fixed': self.fixed,
+    }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,7 +128,7 @@ def trial_name(overrides: Mapping[str, Any], config: str | None = None) -> str:
   name = re.sub(r'[^A-Za-z0-9._=,+-]', '-', ','.join(parts)) or 'base'
   if len(name) > _MAX_NAME:
     canonical = json.dumps([config, list(overrides.items())], sort_keys=False)
-    name = name[:_MAX_NAME - 9] + '-' + hashlib.sha1(canonical.encode()).hexdigest()[:8]
+    name = name[: _MAX_NAME - 9] + '-' + hashlib.sha1(canonical.encode()).hexdigest()[:8]
   return name.lstrip('.')  # never a hidden directory
 
 
@@ -131,8 +137,10 @@ def _check_value(key: str, value: Any) -> None:
     raise SweepError(f'override keys must be dotted config keys, got {key!r}')
   items = value if isinstance(value, list | tuple) else (value,)
   if not all(isinstance(v, _SCALARS) for v in items):
-    raise SweepError(f'override {key}={value!r}: values must be bool, int, float, str or tuples '
-                     'of them (they travel on the command line)')
+    raise SweepError(
+      f'override {key}={value!r}: values must be bool, int, float, str or tuples '
+      'of them (they travel on the command line)'
+    )
 
 
 def _load_module(path: str, prefix: str):
@@ -156,16 +164,16 @@ def load_experiment(path: str) -> Experiment:
   sweep_fn = getattr(module, 'sweep', None)
   if not callable(sweep_fn):
     raise SweepError(f'{path} needs a function sweep(add) that calls add(**overrides)')
-  fixed = dict(getattr(module, 'FIXED', {}))
-  for key, value in fixed.items():
+  shared = dict(getattr(module, 'FIXED', {}))
+  for key, value in shared.items():
     _check_value(key, value)
   trials: list[Trial] = []
 
-  def add(config: str | None = None, **overrides):
-    for key, value in overrides.items():
+  def add(config: str | None = None, fixed: dict | None = None, **overrides):
+    for key, value in {**(fixed or {}), **overrides}.items():
       _check_value(key, value)
     name = trial_name(overrides, config)
-    trials.append(Trial(name, config or base, dict(overrides), fixed))
+    trials.append(Trial(name, config or base, dict(overrides), {**shared, **(fixed or {})}))
 
   sweep_fn(add)
   if not trials:
@@ -173,11 +181,13 @@ def load_experiment(path: str) -> Experiment:
   seen: dict[str, Trial] = {}
   for trial in trials:
     if trial.name in seen:
-      raise SweepError(f'{path}: two trials share the directory name {trial.name!r} '
-                       f'({seen[trial.name].overrides} and {trial.overrides}); vary a key')
+      raise SweepError(
+        f'{path}: two trials share the directory name {trial.name!r} '
+        f'({seen[trial.name].overrides} and {trial.overrides}); vary a key'
+      )
     seen[trial.name] = trial
   name = os.path.splitext(os.path.basename(path))[0]
-  return Experiment(path, name, base, fixed, tuple(trials))
+  return Experiment(path, name, base, shared, tuple(trials))
 
 
 @functools.cache
@@ -238,9 +248,15 @@ def check_trials(trials, check: Callable[[Trial], Any] = trial_config) -> tuple[
 def write_manifest(workdir: str, experiment: Experiment, backend: str) -> str:
   os.makedirs(workdir, exist_ok=True)
   path = os.path.join(workdir, MANIFEST)
-  manifest = {'experiment': experiment.path, 'name': experiment.name, 'base': experiment.base,
-              'fixed': experiment.fixed, 'backend': backend, 'seed_key': SEED_KEY,
-              'trials': [t.to_json() for t in experiment.trials]}
+  manifest = {
+    'experiment': experiment.path,
+    'name': experiment.name,
+    'base': experiment.base,
+    'fixed': experiment.fixed,
+    'backend': backend,
+    'seed_key': SEED_KEY,
+    'trials': [t.to_json() for t in experiment.trials],
+  }
   tmp = f'{path}.{os.getpid()}.tmp'
   with open(tmp, 'w') as f:
     json.dump(manifest, f, indent=2)
@@ -251,10 +267,11 @@ def write_manifest(workdir: str, experiment: Experiment, backend: str) -> str:
 def read_manifest(workdir: str) -> tuple[dict, list[Trial]]:
   path = os.path.join(workdir, MANIFEST)
   if not os.path.isfile(path):
-    raise SweepError(f'{workdir} holds no {MANIFEST}; run `python -m attnlab.sweep '
-                     f'experiments/<name>.py --workdir={workdir}` first')
+    raise SweepError(
+      f'{workdir} holds no {MANIFEST}; run `python -m attnlab.sweep '
+      f'experiments/<name>.py --workdir={workdir}` first'
+    )
   with open(path) as f:
     manifest = json.load(f)
-  trials = [Trial(t['name'], t['config'], t['overrides'], t['fixed'])
-            for t in manifest['trials']]
+  trials = [Trial(t['name'], t['config'], t['overrides'], t['fixed']) for t in manifest['trials']]
   return manifest, trials

@@ -1,0 +1,47 @@
+"""Global vs local attention (Luong et al. 2015, Section 3.2): does restricting attention to a
+window of half-width D around a monotonic (local_m: p_t = t) or predicted (local_p) position
+help or hurt?
+
+On reverse (sources of 5-40 symbols: the anti-diagonal alignment that local_m cannot follow)
+and CMUdict G2P (nearly monotonic letters -> phonemes), D = 5, Luong general score with input
+feeding; 2 tasks x 3 windows x 3 seeds = 18 trials.
+
+COMMAND: python -m attnlab.sweep experiments/local_global.py --workdir=runs/local_global \
+  --parallel=2
+Sized for 2 CPU cores (hidden 128, batch 64, 1,500 steps). Estimated ~1.8 CPU-hours, about
+55 min with --parallel=2 on 2 cores: reverse trials ~390 CPU-s (timed over 100 and 300 steps of
+reverse/local_p on 2 shared cores), G2P trials ~340 CPU-s.
+"""
+
+BASE = 'configs/reverse.py'
+WINDOWS = ('global', 'local_m', 'local_p')
+SEEDS = (0, 1, 2)
+SHARED = {
+  'model.attention.window_radius': 5,
+  'train.num_steps': 1500,
+  'train.checkpoint_every': 500,
+}
+REVERSE = {
+  **SHARED,
+  'task.train_lengths': (5, 40),
+  'task.eval_lengths': (5, 40),
+  'data.max_source_length': 48,
+  'data.max_target_length': 48,
+  'data.bucket_size': 16,
+  'train.eval_every': 500,
+}
+G2P_CPU = {
+  **SHARED,
+  'model.hidden_size': 128,
+  'data.global_batch_size': 64,
+  'train.eval_every': 500,
+  'eval.search': 'greedy',
+  'eval.max_examples': 1000,
+}
+
+
+def sweep(add):
+  for config, fixed in (('configs/reverse.py', REVERSE), ('configs/g2p.py', G2P_CPU)):
+    for window in WINDOWS:
+      for seed in SEEDS:
+        add(config=config, fixed=fixed, **{'model.attention.window': window, 'seed': seed})

@@ -1,0 +1,282 @@
+"""Report: golden results.md / results.csv of fake run directories, plots, bootstrap statistics."""
+
+import csv
+import json
+import os
+
+import numpy as np
+import pytest
+
+from attnlab import heatmaps, report, report_stats
+
+# Fake trials: (timing, seed) -> test results. Four test examples per seed; luong and bahdanau
+# get the same examples right (paired difference 0), none gets every example wrong (paired
+# difference -1 against the best): the bootstrap intervals are exact, whatever the resampling.
+CORRECT = {
+  ('luong', 0): [1, 1, 1, 1],
+  ('luong', 1): [1, 1, 1, 0],
+  ('bahdanau', 0): [1, 1, 1, 1],
+  ('bahdanau', 1): [1, 1, 1, 0],
+  ('none', 0): [0, 0, 0, 0],
+}
+ENTROPY = {('luong', 0): 0.5, ('luong', 1): 0.7, ('bahdanau', 0): 1.0, ('bahdanau', 1): 1.2}
+AER = {('luong', 0): 0.1, ('luong', 1): 0.2, ('bahdanau', 0): 0.3, ('bahdanau', 1): 0.5}
+PARAMS = {'luong': 1200, 'bahdanau': 1100, 'none': 800}
+WALL = {
+  ('luong', 0): 60.0,
+  ('luong', 1): 80.0,
+  ('bahdanau', 0): 100.0,
+  ('bahdanau', 1): 110.0,
+  ('none', 0): 30.0,
+}
+# Training throughput per logging window; the first (compilation) is left out, then median.
+TOKENS = {
+  'luong': [10.0, 400.0, 500.0, 900.0],
+  'bahdanau': [10.0, 300.0],
+  'none': [10.0, 1000.0, 2000.0],
+}
+FINAL_STEP = 4
+
+
+def _write(path, text):
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  with open(path, 'w') as f:
+    f.write(text)
+
+
+def _name(timing, seed):
+  return f'timing={timing},seed={seed}'
+
+
+def make_sweep(root, *, npz=True):
+  """A sweep directory as attnlab.sweep + attnlab.main leave it: 5 finished, 1 failed trial."""
+  trials = [
+    {
+      'name': _name(t, s),
+      'config': 'configs/reverse.py',
+      'overrides': {'model.attention.timing': t, 'seed': s},
+      'fixed': {},
+    }
+    for t in ('luong', 'bahdanau', 'none')
+    for s in (0, 1)
+  ]
+  manifest = {
+    'experiment': 'experiments/toy.py',
+    'name': 'toy',
+    'base': 'configs/reverse.py',
+    'fixed': {},
+    'backend': 'local',
+    'seed_key': 'seed',
+    'trials': trials,
+  }
+  _write(os.path.join(root, 'sweep.json'), json.dumps(manifest))
+  for (timing, seed), correct in CORRECT.items():
+    d = os.path.join(root, _name(timing, seed))
+    accuracy = float(np.mean(correct))
+    test = {
+      'loss': 1.0 - accuracy / 2,
+      'sequence_accuracy': accuracy,
+      'num_examples': 4,
+      'by_length': [
+        {'bucket': '0-4', 'count': 0, 'mean': None},
+        {'bucket': '5-9', 'count': 2, 'mean': float(np.mean(correct[:2]))},
+        {'bucket': '10-14', 'count': 2, 'mean': float(np.mean(correct[2:]))},
+      ],
+    }
+    if (timing, seed) in ENTROPY:
+      test['attention_entropy'] = ENTROPY[timing, seed]
+      test['alignment_error_rate'] = AER[timing, seed]
+    final = {'step': FINAL_STEP, 'num_params': PARAMS[timing], 'eval': test, 'test': test}
+    _write(os.path.join(d, 'final_metrics.json'), json.dumps(final))
+    events = [
+      {'step': 2 * (i + 1), 'split': 'train', 'loss': 3.0 - i, 'tokens_per_sec': rate}
+      for i, rate in enumerate(TOKENS[timing])
+    ]
+    events += [
+      {'step': 2, 'split': 'eval', 'sequence_accuracy': accuracy / 2},
+      {'step': 4, 'split': 'eval', 'sequence_accuracy': accuracy},
+    ]
+    _write(os.path.join(d, 'metrics.jsonl'), ''.join(json.dumps(e) + '\n' for e in events))
+    _write(
+      os.path.join(d, 'predictions_test.jsonl'),
+      ''.join(json.dumps({'index': i, 'correct': bool(c)}) + '\n' for i, c in enumerate(correct)),
+    )
+    _write(
+      os.path.join(d, 'sweep_status.json'),
+      json.dumps({'status': 'finished', 'wall_s': WALL[timing, seed], 'attempts': 1}),
+    )
+    if timing != 'none':
+      weights = np.full((3, 4), 0.25, np.float32)
+      weights[:, 0] = 0.4 if timing == 'luong' else 0.1
+      weights /= weights.sum(axis=1, keepdims=True)
+      folder = os.path.join(d, 'attention')
+      if npz:
+        os.makedirs(folder, exist_ok=True)
+        np.savez(
+          os.path.join(folder, f'test_step{FINAL_STEP:07d}.npz'),
+          weights_0=weights,
+          source_0=np.array(['a', 'b', 'c', '<eos>']),
+          output_0=np.array(['c', 'b', 'a']),
+        )
+      else:
+        heatmaps.save_heatmap(
+          os.path.join(folder, f'test_step{FINAL_STEP:07d}_ex0.png'),
+          weights,
+          ['a', 'b', 'c', '<eos>'],
+          ['c', 'b', 'a'],
+        )
+  _write(
+    os.path.join(root, _name('none', 1), 'sweep_status.json'),
+    json.dumps({'status': 'failed', 'wall_s': 5.0, 'error': 'ValueError: boom'}),
+  )
+  return root
+
+
+GOLDEN_MD = """\
+# toy
+
+`python -m attnlab.sweep experiments/toy.py --workdir=DIR`: 6 trials, 5 finished, 1 failed, \
+0 not finished.
+
+Test split. Metrics: mean ± std over finished seeds. Δ: exact-match accuracy minus the best \
+variant's, with a 95% interval and two-sided p-value from a paired bootstrap (2000 resamples of \
+test examples, paired by seed and example).
+
+## configs/reverse.py
+
+Best by test sequence_accuracy (higher is better).
+
+| variant | seeds | sequence_accuracy | Δ vs best [95% CI] | p | attention_entropy | \
+alignment_error_rate | params | tokens/s | wall/trial |
+|---|---|---|---|---|---|---|---|---|---|
+| timing=luong | 2/2 | 0.875 ± 0.177 | best |  | 0.600 ± 0.141 | 0.150 ± 0.071 | 1,200 | 500 \
+| 1m10s |
+| timing=bahdanau | 2/2 | 0.875 ± 0.177 | +0.000 [+0.000, +0.000] | 1.000 | 1.100 ± 0.141 | \
+0.400 ± 0.141 | 1,100 | 300 | 1m45s |
+| timing=none | 1/2 (1 failed) | 0.000 | -1.000 [-1.000, -1.000] | <0.0005 | – | – | 800 | \
+1,500 | 0m30s |
+
+![metric](plots/reverse-metric.png)
+
+![by_length](plots/reverse-by_length.png)
+
+![curves](plots/reverse-curves.png)
+
+![attention](plots/reverse-attention.png)
+
+## Failed trials
+
+- `timing=none,seed=1`: ValueError: boom
+"""
+
+
+def test_golden_results_md(tmp_path):
+  root = make_sweep(str(tmp_path))
+  path = report.write_report(root)
+  with open(path) as f:
+    text = f.read()
+  # Long table rows are wrapped in GOLDEN_MD with a backslash for line length only.
+  assert text == GOLDEN_MD
+
+
+def test_golden_results_csv(tmp_path):
+  root = make_sweep(str(tmp_path))
+  report.write_report(root, plots=False)
+  with open(os.path.join(root, 'results.csv')) as f:
+    rows = list(csv.DictReader(f))
+  assert [r['variant'] for r in rows] == ['timing=luong', 'timing=bahdanau', 'timing=none']
+  luong, bahdanau, none = rows
+  assert luong['ranked_by'] == 'sequence_accuracy'
+  assert (luong['seeds_finished'], luong['seeds_failed']) == ('2', '0')
+  assert (none['seeds_finished'], none['seeds_failed']) == ('1', '1')
+  # mean and sample std of (1, 0.75); of entropies (0.5, 0.7); a single seed has no std.
+  assert float(luong['sequence_accuracy_mean']) == pytest.approx(0.875)
+  assert float(luong['sequence_accuracy_std']) == pytest.approx(0.25 / np.sqrt(2), rel=1e-5)
+  assert float(luong['attention_entropy_mean']) == pytest.approx(0.6)
+  assert float(luong['loss_mean']) == pytest.approx(1 - 0.875 / 2)
+  assert none['sequence_accuracy_std'] == '' and none['attention_entropy_mean'] == ''
+  assert float(luong['tokens_per_sec']) == 500.0  # median of 400, 500, 900
+  assert float(none['tokens_per_sec']) == 1500.0  # median of 1000, 2000
+  assert float(bahdanau['wall_s']) == 105.0 and float(luong['num_params']) == 1200.0
+  assert luong['delta_vs_best'] == '' and float(bahdanau['p_value']) == 1.0
+  assert float(none['delta_vs_best']) == -1.0 and float(none['ci_high']) == -1.0
+  assert float(none['p_value']) == 0.0
+
+
+def _assert_png(path):
+  with open(path, 'rb') as f:
+    data = f.read()
+  assert data[:8] == b'\x89PNG\r\n\x1a\n', path
+  assert len(data) > 3000, f'{path}: {len(data)} bytes'
+
+
+@pytest.mark.parametrize('npz', [True, False], ids=['weights_npz', 'heatmap_pngs'])
+def test_plots_are_written(tmp_path, npz):
+  root = make_sweep(str(tmp_path), npz=npz)
+  report.write_report(root)
+  for kind in ('metric', 'by_length', 'curves', 'attention'):
+    _assert_png(os.path.join(root, 'plots', f'reverse-{kind}.png'))
+
+
+def test_attention_grid_is_skipped_without_attention(tmp_path):
+  root = make_sweep(str(tmp_path))
+  for timing in ('luong', 'bahdanau'):
+    for seed in (0, 1):
+      os.remove(
+        os.path.join(root, _name(timing, seed), 'attention', f'test_step{FINAL_STEP:07d}.npz')
+      )
+  text = open(report.write_report(root)).read()
+  assert 'plots/reverse-attention.png' not in text
+  assert not os.path.exists(os.path.join(root, 'plots', 'reverse-attention.png'))
+
+
+def test_missing_predictions_are_reported(tmp_path):
+  root = make_sweep(str(tmp_path))
+  os.remove(os.path.join(root, _name('none', 0), 'predictions_test.jsonl'))
+  text = open(report.write_report(root, plots=False)).read()
+  assert '| timing=none | 1/2 (1 failed) | 0.000 | – |' in text
+  assert 'No predictions_test.jsonl in 1 finished trial(s)' in text
+
+
+def test_paired_bootstrap_matches_the_normal_approximation():
+  rng = np.random.default_rng(1)
+  a = (rng.random(4000) < 0.70).astype(float)
+  b = (rng.random(4000) < 0.75).astype(float)
+  out = report_stats.paired_bootstrap(a, b, samples=2000, seed=3)
+  diff = b - a
+  se = diff.std(ddof=1) / np.sqrt(diff.size)  # standard error of a mean difference
+  assert out['delta'] == pytest.approx(diff.mean(), abs=1e-12)
+  assert out['ci_low'] == pytest.approx(diff.mean() - 1.96 * se, abs=0.15 * se)
+  assert out['ci_high'] == pytest.approx(diff.mean() + 1.96 * se, abs=0.15 * se)
+  assert out['p_value'] < 0.01 and out['n'] == 4000
+  same = report_stats.paired_bootstrap(a, a)
+  assert (same['delta'], same['ci_low'], same['ci_high'], same['p_value']) == (0, 0, 0, 1)
+  with pytest.raises(ValueError, match='equal non-empty'):
+    report_stats.paired_bootstrap(a, b[:10])
+
+
+def _variant(label, predictions_by_seed, metric_by_seed=None):
+  results = []
+  for seed, predictions in predictions_by_seed.items():
+    trial = report.Trial(f'{label},seed={seed}', 'c.py', {'x': label, 'seed': seed}, {})
+    test = {'wer': (metric_by_seed or {}).get(seed, 0.5)}
+    results.append(report.TrialResult(trial, '', 'finished', {}, {'test': test}, [], predictions))
+  return report.Variant('c.py', label, {'x': label}, results)
+
+
+def test_pairs_only_shared_seeds_and_examples():
+  best = _variant('a', {0: {0: True, 1: False, 2: True}, 1: {0: True}})
+  other = _variant('b', {0: {1: True, 2: False, 3: True}, 2: {0: False}})
+  assert report_stats.paired_correctness(best, other) == ([False, True], [True, False])
+
+
+def test_ranking_follows_the_metric_direction():
+  low = _variant('low', {0: {}}, {0: 0.1})
+  high = _variant('high', {0: {}}, {0: 0.3})
+  assert report_stats.primary_metric([low, high], 'auto') == 'wer'
+  assert report_stats.rank([high, low], 'wer') is low  # lower WER is better
+
+
+def test_report_needs_a_sweep_directory(tmp_path):
+  with pytest.raises(report.trials_lib.SweepError, match='no sweep.json'):
+    report.write_report(str(tmp_path))

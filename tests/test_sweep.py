@@ -1,0 +1,349 @@
+"""Sweeps: trial names, overrides equal to the command line, the runner's bookkeeping (with a
+stand-in interpreter), SLURM scripts, and a real four-trial sweep of the smoke config."""
+
+import io
+import json
+import os
+import shlex
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+from absl import flags
+from ml_collections import config_flags
+
+from attnlab import sweep, sweep_runner, trials
+from attnlab.config import ConfigError
+from attnlab.trials import SweepError, Trial
+
+SMOKE = 'configs/reverse.py:smoke'
+
+
+def write_experiment(tmp_path, body, name='exp.py'):
+  path = tmp_path / name
+  path.write_text(textwrap.dedent(body))
+  return str(path)
+
+
+def parse_command_line(args):
+  """The config that ml_collections' --config flags build from `args` (as attnlab.main)."""
+  argv = ['main'] + [a for a in args if a.startswith('--config')]
+  values = flags.FlagValues()
+  config_flags.DEFINE_config_file(
+    'config', None, '', flag_values=values, lock_config=True, sys_argv=argv
+  )
+  values(argv)
+  return values.config
+
+
+def test_names_are_readable_safe_and_depend_on_the_trial_alone():
+  name = trials.trial_name
+  assert name({'model.attention.score': 'dot', 'seed': 0}) == 'score=dot,seed=0'
+  assert name({'seed': 1}, 'configs/dates.py') == 'dates,seed=1'
+  assert name({'task.train_lengths': (5, 60)}, SMOKE) == 'reverse-smoke,train_lengths=5-60'
+  heads = {'model.attention.num_heads': 2, 'model.transformer.num_heads': 4}
+  assert name(heads) == 'attention.num_heads=2,transformer.num_heads=4'
+  assert name({'task.data_dir': '/data/my set'}) == 'data_dir=-data-my-set'
+  assert name({}) == 'base'
+  long_a = {f'model.key{i}': 'v' * 20 for i in range(8)}
+  long_b = {**long_a, 'model.key7': 'w' * 20}
+  assert len(name(long_a)) <= 120 and name(long_a) != name(long_b)
+  assert name(long_a) == name(dict(long_a))
+
+
+def test_overrides_equal_the_command_line():
+  overrides = {
+    'task.train_lengths': (5, 60),
+    'model.attention.input_feeding': False,
+    'optim.learning_rate': 0.001,
+    'model.attention.score': 'concat',
+    'seed': 7,
+    'eval.splits': ('eval', 'test'),
+    'model.dropout': 0.0,
+    'optim.eps': 1e-07,
+  }
+  trial = Trial('t', SMOKE, overrides, {'train.num_steps': 3})
+  in_process = trials.trial_config(trial)
+  assert in_process.task.train_lengths == (5, 60) and in_process.train.num_steps == 3
+  assert in_process.model.attention.input_feeding is False
+  assert parse_command_line(trial.command('/tmp/x')).to_dict() == in_process.to_dict()
+
+
+def test_unknown_keys_and_bad_values_name_the_key():
+  config = trials.load_config(SMOKE)
+  with pytest.raises(ConfigError, match=r'model.attention.scroe: model.attention has .*score'):
+    trials.apply_overrides(config, {'model.attention.scroe': 'dot'})
+  with pytest.raises(ConfigError, match='nosuch.key: the top level has .*seed'):
+    trials.apply_overrides(config, {'nosuch.key': 1})
+  with pytest.raises(ConfigError, match="seed='one'"):
+    trials.apply_overrides(config, {'seed': 'one'})
+  with pytest.raises(ConfigError, match='input_feeding=1: expected bool'):
+    trials.apply_overrides(config, {'model.attention.input_feeding': 1})
+  with pytest.raises(ConfigError, match='model.attention is a group'):
+    trials.apply_overrides(config, {'model.attention': 'dot'})
+  with pytest.raises(ConfigError, match="'gneral' is not valid; choose from concat, dot"):
+    trials.trial_config(Trial('t', SMOKE, {'model.attention.score': 'gneral'}, {}))
+
+
+@pytest.mark.parametrize(
+  'body, message',
+  [
+    ('def sweep(add):\n  add(seed=0)\n', 'needs BASE'),
+    (f'BASE = {SMOKE!r}\n', 'needs a function sweep'),
+    (f'BASE = {SMOKE!r}\ndef sweep(add):\n  pass\n', 'added no trials'),
+    (f'BASE = {SMOKE!r}\ndef sweep(add):\n  add(seed=0)\n  add(seed=0)\n', 'share the directory'),
+    (f'BASE = {SMOKE!r}\ndef sweep(add):\n  add(**{{"task.name": {{}}}})\n', 'must be bool'),
+  ],
+)
+def test_bad_experiment_files_are_refused(tmp_path, body, message):
+  with pytest.raises(SweepError, match=message):
+    trials.load_experiment(write_experiment(tmp_path, body))
+
+
+GRID = f"""
+BASE = {SMOKE!r}
+def sweep(add):
+  for score in ('dot', 'general'):
+    for seed in (0, 1):
+      add(**{{'model.attention.score': score, 'seed': seed}})
+  add(**{{'model.attention.score': 'gneral', 'seed': 0}})
+"""
+
+
+def test_dry_run_lists_the_grid_and_writes_nothing(tmp_path):
+  workdir = str(tmp_path / 'sweep')
+  out = io.StringIO()
+  code = sweep.run_sweep(write_experiment(tmp_path, GRID), workdir, dry_run=True, out=out)
+  lines = out.getvalue().splitlines()
+  assert code == 1  # one trial is invalid
+  rows = [line.split() for line in lines if line.strip()[:1].isdigit()]
+  assert [r[:4] for r in rows[:4]] == [
+    ['0', 'new', '4', 'score=dot,seed=0'],
+    ['1', 'new', '4', 'score=dot,seed=1'],
+    ['2', 'new', '4', 'score=general,seed=0'],
+    ['3', 'new', '4', 'score=general,seed=1'],
+  ]
+  assert rows[4][:3] == ['4', 'INVALID', 'score=gneral,seed=0:'] and 'choose from' in lines[-2]
+  assert '--config.model.attention.score=dot --config.seed=0' in lines[-1]
+  assert not os.path.exists(workdir)
+
+
+def test_one_trial_and_unknown_trials(tmp_path):
+  path = write_experiment(tmp_path, GRID)
+  out = io.StringIO()
+  assert (
+    sweep.run_sweep(path, str(tmp_path / 's'), dry_run=True, only='score=dot,seed=1', out=out) == 0
+  )
+  assert 'score=dot,seed=1' in out.getvalue() and 'general' not in out.getvalue()
+  with pytest.raises(SweepError, match="no trial 'score=dot,seed=9'"):
+    sweep.run_sweep(path, str(tmp_path / 's'), only='score=dot,seed=9', dry_run=True)
+
+
+FAKE_MAIN = """\
+#!{python}
+# Stands in for `python -m attnlab.main`: logs step 2, then finishes, fails or hangs.
+import json, os, sys, time
+args = dict(a.split('=', 1) for a in sys.argv[3:])
+workdir = args['--workdir']
+seed = args['--config.seed']
+if seed == '13':
+  print('I1129 noise before the error')
+  print('Traceback (most recent call last):')
+  print('ValueError: seed 13 is unlucky')
+  sys.exit(1)
+with open(os.path.join(workdir, 'metrics.jsonl'), 'a') as f:
+  f.write(json.dumps({{'step': 2, 'split': 'train'}}) + '\\n')
+if os.environ.get('FAKE_HANG') == '1':
+  time.sleep(120)
+with open(os.path.join(workdir, 'final_metrics.json'), 'w') as f:
+  json.dump({{'step': 4, 'test': {{'sequence_accuracy': 0.5}}}}, f)
+"""
+
+
+@pytest.fixture
+def fake_python(tmp_path):
+  path = tmp_path / 'fake_python'
+  path.write_text(FAKE_MAIN.format(python=sys.executable))
+  path.chmod(0o755)
+  return str(path)
+
+
+def _trials(*seeds):
+  return [Trial(f'seed={s}', SMOKE, {'seed': s}, {}) for s in seeds]
+
+
+def test_runner_records_failures_and_goes_on(tmp_path, fake_python):
+  workdir, out = str(tmp_path / 'sweep'), io.StringIO()
+  runs = _trials(0, 13, 1)
+  runner = sweep_runner.LocalRunner(
+    workdir, {t.name: 4 for t in runs}, parallel=2, poll=0.02, python=fake_python, out=out
+  )
+  assert runner.run(runs) == {'seed=0': 'finished', 'seed=1': 'finished', 'seed=13': 'failed'}
+  failed = sweep_runner.read_status(os.path.join(workdir, 'seed=13'))
+  assert failed['status'] == 'failed' and failed['returncode'] == 1
+  assert failed['error'] == 'ValueError: seed 13 is unlucky'
+  assert failed['error_tail'][-2:] == ['Traceback (most recent call last):', failed['error']]
+  done = sweep_runner.read_status(os.path.join(workdir, 'seed=0'))
+  assert done['status'] == 'finished' and done['attempts'] == 1 and done['wall_s'] > 0
+  assert done['overrides'] == {'seed': 0} and done['config'] == SMOKE
+  progress = [line for line in out.getvalue().splitlines() if line.startswith('sweep ')]
+  assert progress[-1].startswith('sweep 2/3 done, 1 failed, 0 running | steps 8/12 (66.7%)')
+  assert '[FAILED] seed=13 (exit 1): ValueError: seed 13 is unlucky' in out.getvalue()
+
+
+def test_interrupted_trials_resume(tmp_path, fake_python, monkeypatch):
+  workdir, out = str(tmp_path / 'sweep'), io.StringIO()
+  [trial] = _trials(5)
+  directory = sweep_runner.trial_dir(workdir, trial)
+  monkeypatch.setenv('FAKE_HANG', '1')
+
+  def ctrl_c_once_logged(seconds):  # the user presses Ctrl-C after step 2 was logged
+    if sweep_runner.last_train_step(directory) >= 2:
+      raise KeyboardInterrupt
+    time.sleep(seconds)
+
+  runner = sweep_runner.LocalRunner(
+    workdir, {trial.name: 4}, poll=0.02, python=fake_python, out=out, sleep=ctrl_c_once_logged
+  )
+  with pytest.raises(KeyboardInterrupt):
+    runner.run([trial])
+  status = sweep_runner.read_status(directory)
+  assert status['status'] == 'interrupted' and status['returncode'] != 0
+  assert sweep_runner.trial_state(directory) == 'interrupted'
+  monkeypatch.delenv('FAKE_HANG')
+  runner = sweep_runner.LocalRunner(
+    workdir, {trial.name: 4}, poll=0.02, python=fake_python, out=out
+  )
+  assert runner.run([trial]) == {'seed=5': 'finished'}
+  status = sweep_runner.read_status(directory)
+  assert status['attempts'] == 2 and status['wall_s'] >= 0
+  assert '[start] seed=5 (resuming from step 2)' in out.getvalue()
+  with open(os.path.join(directory, sweep_runner.LOG_FILE)) as f:
+    assert f.read().count('=== attempt') == 2
+
+
+def test_a_trial_still_running_is_not_started_twice(tmp_path, fake_python):
+  [trial] = _trials(0)
+  workdir, out = str(tmp_path / 'sweep'), io.StringIO()
+  directory = sweep_runner.trial_dir(workdir, trial)
+  alive = {'status': 'running', 'pid': os.getpid(), 'host': socket.gethostname()}
+  sweep_runner.write_status(directory, alive)  # as a killed sweep leaves a live trial
+  runner = sweep_runner.LocalRunner(workdir, {trial.name: 4}, python=fake_python, out=out)
+  assert runner.run([trial]) == {'seed=0': 'running'}
+  assert f'still running as process {os.getpid()}' in out.getvalue()
+  sweep_runner.write_status(directory, {**alive, 'pid': 2**22 + 7})  # no such process
+  assert runner.run([trial]) == {'seed=0': 'finished'}
+
+
+def test_a_directory_of_another_config_is_not_reused(tmp_path):
+  [trial] = _trials(0)
+  directory = str(tmp_path / trial.name)
+  sweep_runner.write_status(directory, {'config': SMOKE, 'overrides': {'seed': 0}})
+  sweep_runner.check_same_trial(directory, trial)  # the same trial: fine
+  changed = Trial(trial.name, SMOKE, {'seed': 0}, {'train.num_steps': 9})
+  with pytest.raises(SweepError, match='use a new --workdir'):
+    sweep_runner.check_same_trial(directory, changed)
+
+
+def test_error_summary_finds_the_exception_line():
+  tail = [
+    'I1129 12:00:00 train.py:1] Error handling later',
+    'Traceback (most recent call last):',
+    '  File "x.py", line 1',
+    'attnlab.config.ConfigError: model.kind=1 is not valid',
+    'I1129 12:00:01 checkpoint.py:2] closing',
+  ]
+  assert sweep_runner.error_summary(tail) == 'attnlab.config.ConfigError: model.kind=1 is not valid'
+  assert sweep_runner.error_summary(['', 'just the last line']) == 'just the last line'
+
+
+def test_slurm_backend_submits_each_unfinished_trial(tmp_path):
+  path = write_experiment(
+    tmp_path, GRID.replace("  add(**{'model.attention.score': 'gneral', 'seed': 0})\n", '')
+  )
+  workdir = str(tmp_path / 'sweep')
+  finished = os.path.join(workdir, 'score=dot,seed=0')
+  os.makedirs(finished)
+  open(os.path.join(finished, sweep_runner.FINAL_FILE), 'w').close()
+  out = io.StringIO()
+  assert sweep.run_sweep(path, workdir, backend='slurm', parallel=2, out=out) == 0
+  commands = os.path.join(workdir, 'slurm_commands.txt')
+  lines = open(commands).read().splitlines()
+  names = ['score=dot,seed=1', 'score=general,seed=0', 'score=general,seed=1']
+  assert [shlex.split(line) for line in lines] == [
+    [
+      sys.executable,
+      '-m',
+      'attnlab.sweep',
+      os.path.abspath(path),
+      f'--workdir={os.path.abspath(workdir)}',
+      f'--trial={name}',
+      '--noreport',
+    ]
+    for name in names
+  ]
+  # Not submitted without --submit: launch/slurm_sweep.sh prints its sbatch command.
+  printed = out.getvalue()
+  assert 'not submitted (add --submit)' in printed
+  assert '--array=0-2%2' in printed and '--job-name=attnlab-exp' in printed
+  assert printed.rstrip().endswith(f'launch/slurm_sweep.sbatch {commands}')
+  # Array task 1 runs the second line through srun (the task script's dry run shows it).
+  task = subprocess.run(
+    [
+      'bash',
+      os.path.join(trials.PROJECT_ROOT, 'launch', 'slurm_sweep.sbatch'),
+      '--dry_run',
+      commands,
+    ],
+    env={**os.environ, 'SLURM_ARRAY_TASK_ID': '1'},
+    capture_output=True,
+    text=True,
+    check=True,
+  )
+  assert 'score=general,seed=0' in task.stdout and task.stdout.startswith('srun ')
+  with open(os.path.join(workdir, trials.MANIFEST)) as f:
+    assert len(json.load(f)['trials']) == 4
+
+
+TINY = f"""
+BASE = {SMOKE!r}
+# One padded shape and one checkpoint: fewer compilations, a faster test.
+FIXED = {{'data.bucket_size': 24, 'train.checkpoint_every': 4, 'eval.splits': ('test',)}}
+def sweep(add):
+  add(**{{'model.attention.score': 'dot', 'seed': 0}})
+  add(**{{'model.attention.score': 'concat', 'seed': 0}})
+  add(**{{'model.attention.score': 'dot', 'seed': 1}})  # starts later: compiled programs cached
+  add(**{{'model.attention.score': 'gneral', 'seed': 0}})  # forced to fail: invalid value
+"""
+
+
+def test_a_real_sweep_runs_reports_and_skips_finished_trials(tmp_path, monkeypatch):
+  monkeypatch.delenv('XLA_FLAGS', raising=False)  # trials on one CPU device compile faster
+  monkeypatch.delenv(sweep_runner.CACHE_ENV, raising=False)
+  path, workdir = write_experiment(tmp_path, TINY), str(tmp_path / 'sweep')
+  out = io.StringIO()
+  assert sweep.run_sweep(path, workdir, parallel=2, progress_every=15, out=out) == 1
+  names = ['score=dot,seed=0', 'score=dot,seed=1', 'score=concat,seed=0']
+  for name in names:
+    assert sweep_runner.trial_state(os.path.join(workdir, name)) == 'finished', out.getvalue()
+  failed = sweep_runner.read_status(os.path.join(workdir, 'score=gneral,seed=0'))
+  assert failed['status'] == 'failed' and "'gneral' is not valid" in failed['error']
+  results = open(os.path.join(workdir, 'results.md')).read()
+  assert '4 trials, 3 finished, 1 failed' in results
+  assert '| score=gneral | 0/1 (1 failed) | failed |' in results
+  assert "- `score=gneral,seed=0`: ConfigError: model.attention.score='gneral'" in results
+  assert '| score=dot | 2/2 |' in results and '| score=concat | 1/1 |' in results
+  for kind in ('metric', 'by_length', 'curves', 'attention'):
+    assert os.path.getsize(os.path.join(workdir, 'plots', f'reverse-smoke-{kind}.png')) > 3000
+  assert os.listdir(os.path.join(workdir, sweep_runner.CACHE_DIR))  # shared compilation cache
+
+  again = io.StringIO()
+  assert sweep.run_sweep(path, workdir, parallel=2, out=again) == 1
+  assert '4 trials, 3 finished (skipped), 0 to run, 1 invalid' in again.getvalue()
+  assert '[start]' not in again.getvalue()
+  for name in names:
+    with open(os.path.join(workdir, name, sweep_runner.LOG_FILE)) as f:
+      assert f.read().count('=== attempt') == 1
