@@ -19,11 +19,7 @@ def get_config(arg: str = ''):
   c.data.max_target_length = 16
   c.train.num_steps = 4000
   if arg == 'smoke':
-    c.task.num_train_examples = 2000
-    c.task.num_eval_examples = 32
-    c.data.global_batch_size = 16
-    c.model.embed_dim, c.model.hidden_size = 8, 16
-    c.train.num_steps, c.train.eval_every, c.train.checkpoint_every = 4, 4, 4
+    base.shrink_for_smoke(c)
   elif arg == 'longer':
     c.task.eval_lengths = (9, 12)
   elif arg:

@@ -109,3 +109,18 @@ def get_config() -> ml_collections.ConfigDict:
   c.parallel.mode = 'pmap'  # pmap | shard_map (jit over a device Mesh)
   c.parallel.num_devices = 0  # 0 = every device of every process; N = first N (one process)
   return c
+
+
+def shrink_for_smoke(c: ml_collections.ConfigDict) -> None:
+  """The `:smoke` variant of the synthetic task configs: a tiny model for 4 steps (tests)."""
+  c.task.num_train_examples = 2000
+  c.task.num_eval_examples = 48
+  c.data.global_batch_size = 16
+  c.model.embed_dim = 8
+  c.model.hidden_size = 16
+  c.train.num_steps = 4
+  c.train.log_every = 2
+  c.train.eval_every = 4
+  c.train.checkpoint_every = 2
+  c.eval.num_samples = 4
+  c.eval.num_heatmaps = 2

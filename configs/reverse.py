@@ -30,17 +30,7 @@ def get_config(arg: str = ''):
   c.train.eval_every = 500
   c.train.checkpoint_every = 500
   if arg == 'smoke':
-    c.task.num_train_examples = 2000
-    c.task.num_eval_examples = 48
-    c.data.global_batch_size = 16
-    c.model.embed_dim = 8
-    c.model.hidden_size = 16
-    c.train.num_steps = 4
-    c.train.log_every = 2
-    c.train.eval_every = 4
-    c.train.checkpoint_every = 2
-    c.eval.num_samples = 4
-    c.eval.num_heatmaps = 2
+    base.shrink_for_smoke(c)
   elif arg == 'bottleneck':
     c.model.attention.timing = 'none'
     c.model.attention.input_feeding = False

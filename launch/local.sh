@@ -19,24 +19,9 @@ else
   PYTHON="${PYTHON:-python3}"
 fi
 
-# Words quoted for a shell only where needed, so printed commands can be pasted back.
-quote() {
-  local out=() word
-  for word in "$@"; do
-    if [[ $word =~ ^[A-Za-z0-9_./:=@%+,-]+$ ]]; then
-      out+=("$word")
-    else
-      out+=("'${word//\'/\'\\\'\'}'")
-    fi
-  done
-  echo "${out[*]}"
-}
-
-dry_run=0
-flags=()
-for arg in "$@"; do
-  if [[ $arg == --dry_run ]]; then dry_run=1; else flags+=("$arg"); fi
-done
+# shellcheck source=lib.bash
+source "$(dirname "${BASH_SOURCE[0]}")/lib.bash"
+parse_dry_run "$@"
 
 command=()
 if [[ -n ${CPU_DEVICES:-} ]]; then
@@ -44,7 +29,7 @@ if [[ -n ${CPU_DEVICES:-} ]]; then
   command+=(env JAX_PLATFORMS=cpu "XLA_FLAGS=--xla_force_host_platform_device_count=$CPU_DEVICES")
 fi
 command+=("$PYTHON" -m attnlab.main --distributed=off "--config=$CONFIG" "--workdir=$WORKDIR"
-          "${flags[@]}")
+          "${args[@]}")
 
 cd "$ROOT"
 if (( dry_run )); then

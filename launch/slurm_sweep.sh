@@ -13,23 +13,9 @@
 # Prints the job id (sbatch --parsable). --dry_run prints the sbatch command instead.
 set -euo pipefail
 
-quote() {
-  local out=() word
-  for word in "$@"; do
-    if [[ $word =~ ^[A-Za-z0-9_./:=@%+,-]+$ ]]; then
-      out+=("$word")
-    else
-      out+=("'${word//\'/\'\\\'\'}'")
-    fi
-  done
-  echo "${out[*]}"
-}
-
-dry_run=0
-args=()
-for arg in "$@"; do
-  if [[ $arg == --dry_run ]]; then dry_run=1; else args+=("$arg"); fi
-done
+# shellcheck source=lib.bash
+source "$(dirname "${BASH_SOURCE[0]}")/lib.bash"
+parse_dry_run "$@"
 (( ${#args[@]} )) || { echo "usage: launch/slurm_sweep.sh [--dry_run] COMMANDS_FILE [SBATCH_OPTIONS...]" >&2; exit 2; }
 commands_file="${args[0]}"
 sbatch_options=("${args[@]:1}")

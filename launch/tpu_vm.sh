@@ -31,23 +31,9 @@ REMOTE_DIR="${REMOTE_DIR:-attnlab}"
 TARBALL="${TARBALL:-/tmp/attnlab-$TPU_NAME.tar.gz}"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
-quote() {
-  local out=() word
-  for word in "$@"; do
-    if [[ $word =~ ^[A-Za-z0-9_./:=@%+,-]+$ ]]; then
-      out+=("$word")
-    else
-      out+=("'${word//\'/\'\\\'\'}'")
-    fi
-  done
-  echo "${out[*]}"
-}
-
-dry_run=0
-flags=()
-for arg in "$@"; do
-  if [[ $arg == --dry_run ]]; then dry_run=1; else flags+=("$arg"); fi
-done
+# shellcheck source=lib.bash
+source "$(dirname "${BASH_SOURCE[0]}")/lib.bash"
+parse_dry_run "$@"
 
 run() {
   if (( dry_run )); then quote "$@"; else "$@"; fi
@@ -75,5 +61,5 @@ fi
 
 train="cd $(quote "$REMOTE_DIR") && CONFIG=$(quote "$CONFIG") WORKDIR=$(quote "$WORKDIR")"
 train+=" bash launch/tpu_worker.sh run"
-if (( ${#flags[@]} )); then train+=" $(quote "${flags[@]}")"; fi
+if (( ${#args[@]} )); then train+=" $(quote "${args[@]}")"; fi
 run "${gcloud_tpu[@]}" ssh "$TPU_NAME" "${where[@]}" --worker=all "--command=$train"

@@ -17,23 +17,9 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 JAX_TPU_REQUIREMENT='jax[tpu]>=0.10.2,<0.11'  # the jax range of pyproject.toml
 GCS_MOUNTS="${GCS_MOUNTS:-$HOME/gcs}"
 
-quote() {
-  local out=() word
-  for word in "$@"; do
-    if [[ $word =~ ^[A-Za-z0-9_./:=@%+,-]+$ ]]; then
-      out+=("$word")
-    else
-      out+=("'${word//\'/\'\\\'\'}'")
-    fi
-  done
-  echo "${out[*]}"
-}
-
-dry_run=0
-args=()
-for arg in "$@"; do
-  if [[ $arg == --dry_run ]]; then dry_run=1; else args+=("$arg"); fi
-done
+# shellcheck source=lib.bash
+source "$(dirname "${BASH_SOURCE[0]}")/lib.bash"
+parse_dry_run "$@"
 run() {
   if (( dry_run )); then quote "$@"; else "$@"; fi
 }

@@ -79,7 +79,7 @@ def test_bash_syntax_and_strict_mode(script):
 @pytest.mark.skipif(shutil.which('shellcheck') is None, reason='shellcheck is not installed')
 def test_shellcheck():
   result = subprocess.run(
-    ['shellcheck', '--shell=bash', *SCRIPTS], cwd=LAUNCH, capture_output=True, text=True
+    ['shellcheck', '--shell=bash', '--external-sources', *SCRIPTS], cwd=LAUNCH, capture_output=True, text=True
   )
   assert result.returncode == 0, result.stdout
 
