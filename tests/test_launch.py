@@ -4,17 +4,15 @@ The printed commands are also split back with shlex and their `attnlab.main` fla
 the real entry point, so quoting and flag names cannot drift from attnlab/main.py.
 """
 
+import json
 import pathlib
 import shlex
 import shutil
 import subprocess
 import sys
-from unittest import mock
 
+import ml_collections
 import pytest
-from absl import flags
-
-from attnlab import main as main_module
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 LAUNCH = ROOT / 'launch'
@@ -40,19 +38,30 @@ def dry_run(script: str, *args: str, **env: str) -> str:
   return result.stdout.replace(str(ROOT), '<root>')
 
 
+# Parses argv with attnlab.main's own flag definitions, in a child process: absl flags are
+# process-global, and other tests (attnlab.sweep) define flags of the same names.
+_PARSE_MAIN_FLAGS = """
+import json, sys
+from absl import flags
+from attnlab import main  # noqa: F401  (defines the flags)
+argv = json.loads(sys.argv[1])
+sys.argv = argv  # ml_collections reads the --config.KEY overrides from sys.argv
+flags.FLAGS(argv)
+print(json.dumps({'config': flags.FLAGS.config.to_dict(), 'workdir': flags.FLAGS.workdir,
+                  'distributed': flags.FLAGS.distributed}))
+"""
+
+
 def main_flags(line: str):
   """Parses the attnlab.main flags of a printed command line with the real flag definitions."""
   argv = shlex.split(line)
   argv = argv[argv.index('attnlab.main') :]
-  # ml_collections reads the --config.KEY overrides from sys.argv, as under app.run.
-  with mock.patch.object(sys, 'argv', argv):
-    flags.FLAGS(argv)
-  try:
-    return {name: flags.FLAGS[name].value for name in ('config', 'workdir', 'distributed')}
-  finally:  # parsing defined one flag per override: remove them so the next parse can again
-    for name in [n for n in flags.FLAGS if n.startswith('config.')]:
-      delattr(flags.FLAGS, name)
-    flags.FLAGS.unparse_flags()
+  result = subprocess.run([sys.executable, '-c', _PARSE_MAIN_FLAGS, json.dumps(argv)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+  assert result.returncode == 0, result.stderr[-2000:]
+  parsed = json.loads(result.stdout.splitlines()[-1])
+  parsed['config'] = ml_collections.ConfigDict(parsed['config'])
+  return parsed
 
 
 def test_every_script_is_checked():
@@ -64,7 +73,6 @@ def test_every_script_is_checked():
     'tpu_vm.sh',
     'tpu_worker.sh',
   ]
-  assert main_module.main  # the flags parsed below are attnlab.main's own
 
 
 @pytest.mark.parametrize('script', SCRIPTS)
@@ -79,7 +87,10 @@ def test_bash_syntax_and_strict_mode(script):
 @pytest.mark.skipif(shutil.which('shellcheck') is None, reason='shellcheck is not installed')
 def test_shellcheck():
   result = subprocess.run(
-    ['shellcheck', '--shell=bash', '--external-sources', *SCRIPTS], cwd=LAUNCH, capture_output=True, text=True
+    ['shellcheck', '--shell=bash', '--external-sources', *SCRIPTS],
+    cwd=LAUNCH,
+    capture_output=True,
+    text=True,
   )
   assert result.returncode == 0, result.stdout
 
@@ -103,7 +114,7 @@ def test_local():
   parsed = main_flags(out.splitlines()[1])
   assert parsed['workdir'] == 'runs/my run' and parsed['distributed'] == 'off'
   assert parsed['config'].model.attention.score == 'concat'
-  assert parsed['config'].eval.splits == ('eval',)
+  assert tuple(parsed['config'].eval.splits) == ('eval',)
   assert parsed['config'].train.num_steps == 4  # the :smoke variant
 
 
