@@ -163,7 +163,10 @@ def test_two_processes_train_like_one_and_resume(tmp_path):
   for key in ('loss', 'token_accuracy', 'sequence_accuracy', 'attention_entropy'):
     np.testing.assert_allclose(got[key], want[key], rtol=1e-4, err_msg=key)
   assert [p.name for p in (run_dir / 'samples').iterdir()] == ['test_step0000004.txt']
-  assert [p.name for p in (run_dir / 'attention').iterdir()] == ['test_step0000004_ex0.png']
+  assert sorted(p.name for p in (run_dir / 'attention').iterdir()) == [
+    'test_step0000004.npz',
+    'test_step0000004_ex0.png',
+  ]
 
   # Interrupted after step 3: the rerun resumes from step 2 on both processes, here in the other
   # parallel mode (checkpoints hold host arrays, independent of the mode), and ends equal.
