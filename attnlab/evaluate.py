@@ -84,7 +84,7 @@ class Evaluator:
     params = self.parallel.fetch(replicated_params)
     if jax.process_count() > 1:  # each process decodes with its own copy: they must agree
       distributed.check_same_on_all_processes(params, f'params at step {step} ({split})')
-    rows = self._decode_rows(params, batches)
+    rows = self._decode_rows(params, batches, split)
     result.update(self._decoded_metrics(split, rows))
     if self.enabled:
       self._write_samples(split, step, rows)
@@ -92,7 +92,7 @@ class Evaluator:
       self._write_predictions(split, rows)
     return result
 
-  def _decode_rows(self, params, batches) -> list[dict]:
+  def _decode_rows(self, params, batches, split: str) -> list[dict]:
     rows = []
     for batch in batches:
       out = self._decode(params, batch['source'],
@@ -105,11 +105,13 @@ class Evaluator:
       for b in np.flatnonzero(batch['weight']):
         hyp, ref = strip(tokens[b]), strip(batch['target'][b])
         src = strip(batch['source'][b])
-        rows.append({'index': int(batch['index'][b]), 'source': src, 'hypothesis': hyp,
-                     'reference': ref, 'correct': hyp == ref,
-                     'output': tokens[b, :lengths[b]].tolist(),  # EOS included if emitted
-                     # Rows: output steps; columns: source tokens incl. EOS.
-                     'attention': attention[b, :lengths[b], :len(src) + 1]})
+        row = {'index': int(batch['index'][b]), 'source': src, 'hypothesis': hyp,
+               'reference': ref,
+               'output': tokens[b, :lengths[b]].tolist(),  # EOS included if emitted
+               # Rows: output steps; columns: source tokens incl. EOS.
+               'attention': attention[b, :lengths[b], :len(src) + 1]}
+        row['correct'] = self.task.is_correct(split, row)
+        rows.append(row)
     return rows
 
   def _decoded_metrics(self, split: str, rows: list[dict]) -> dict:

@@ -7,7 +7,7 @@ are overridden on the command line, e.g. `--config.model.attention.score=concat`
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from attnlab import distributed, train
+from attnlab import distributed, parallel, train
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Config file (path.py[:variant]).',
                                           lock_config=True)
@@ -23,6 +23,7 @@ flags.mark_flags_as_required(['config', 'workdir'])
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  parallel.tune_host_allocator()  # before JAX starts its threads; see benchmarks/OPTIMISATIONS.md
   logging.set_verbosity(logging.INFO)
   distributed.initialize(_DISTRIBUTED.value, coordinator=_COORDINATOR.value,
                          num_processes=_NUM_PROCESSES.value, process_id=_PROCESS_ID.value)

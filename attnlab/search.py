@@ -146,6 +146,27 @@ def greedy_search(
   )
 
 
+def top_k(x_BxN: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
+  """`lax.top_k` over the last axis: same values and indices, ties to the lowest index.
+
+  (lax.top_k also orders 0.0 before -0.0; here they tie.)
+
+  XLA:CPU lowers `lax.top_k` to a full sort of every row, which for beam search's W*V
+  candidates costs more than the decoder step; k rounds of argmax-and-mask are linear in N.
+  Large k falls back to `lax.top_k`. Entries must be finite (beam scores are: NEG_INF).
+  """
+  if k > 16:
+    return lax.top_k(x_BxN, k)
+  values, indices = [], []
+  for _ in range(k):
+    idx_B = jnp.argmax(x_BxN, axis=-1).astype(jnp.int32)
+    values.append(jnp.take_along_axis(x_BxN, idx_B[:, None], axis=-1)[:, 0])
+    indices.append(idx_B)
+    taken_BxN = jnp.arange(x_BxN.shape[-1], dtype=jnp.int32)[None, :] == idx_B[:, None]
+    x_BxN = jnp.where(taken_BxN, -jnp.inf, x_BxN)
+  return jnp.stack(values, axis=-1), jnp.stack(indices, axis=-1)
+
+
 def _take_rows(x_BxK: jax.Array, idx_BxJ: jax.Array) -> jax.Array:
   """x[b, idx[b, j], ...] for arrays laid out B x K x ...."""
   idx = idx_BxJ.reshape(idx_BxJ.shape + (1,) * (x_BxK.ndim - 2))
@@ -193,7 +214,7 @@ def beam_search(
     logp_BxWxV = next_token_log_probs(logits_NxV, bos_id).reshape(B, W, V)
     cand_BxWxV = state['alive_logp_BxW'][:, :, None] + logp_BxWxV
     # 2W candidates: at most W of them (one per origin) end in EOS, so W always stay alive.
-    top_logp_Bx2W, top_idx_Bx2W = lax.top_k(cand_BxWxV.reshape(B, W * V), 2 * W)
+    top_logp_Bx2W, top_idx_Bx2W = top_k(cand_BxWxV.reshape(B, W * V), 2 * W)
     origin_Bx2W = (top_idx_Bx2W // V).astype(jnp.int32)
     token_Bx2W = (top_idx_Bx2W % V).astype(jnp.int32)
     seqs_Bx2WxT = _take_rows(state['alive_seqs_BxWxT'], origin_Bx2W).at[:, :, i].set(token_Bx2W)
@@ -210,13 +231,13 @@ def beam_search(
       finish_BxW, top_logp_Bx2W[:, :W] / length_penalty_factor(i + 1, alpha), NEG_INF
     )
     pool_scores_Bx2W = jnp.concatenate([state['fin_scores_BxW'], new_scores_BxW], axis=1)
-    fin_scores_BxW, keep_BxW = lax.top_k(pool_scores_Bx2W, W)
+    fin_scores_BxW, keep_BxW = top_k(pool_scores_Bx2W, W)
     pool = lambda old, new: _take_rows(jnp.concatenate([old, new[:, :W]], axis=1), keep_BxW)
     new_lengths_Bx2W = jnp.full((B, 2 * W), i + 1, jnp.int32)
 
     # Stay alive: the W best extensions that did not end.
     alive_scores_Bx2W = jnp.where(ends_Bx2W, NEG_INF, top_logp_Bx2W)
-    alive_logp_BxW, sel_BxW = lax.top_k(alive_scores_Bx2W, W)
+    alive_logp_BxW, sel_BxW = top_k(alive_scores_Bx2W, W)
     alive_origin_BxW = _take_rows(origin_Bx2W, sel_BxW)
     return dict(
       i=i + 1,

@@ -126,6 +126,9 @@ def test_wer_per_with_several_references():
   buckets = {b['bucket']: (b['count'], b['mean']) for b in out['wer_by_length']}
   assert buckets['0-4'] == (2, 1.0) and buckets['5-9'] == (1, 0.0)
   assert EOS_ID not in rows[0]['hypothesis']
+  # Per-example correctness (sequence accuracy, bootstrap) also accepts any pronunciation.
+  correct = [cmudict_g2p.matches_a_reference(task, 'eval', row) for row in rows]
+  assert correct == [True, False, False]
 
 
 def test_config_variants_parse():
@@ -151,3 +154,4 @@ def test_smoke_config_trains_and_reports_wer_per(tmp_path, monkeypatch):
   for split in ('eval', 'test'):
     assert 0.0 <= final[split]['per'] and 0.0 <= final[split]['wer'] <= 1.0
     assert sum(b['count'] for b in final[split]['wer_by_length']) == final[split]['num_examples']
+    assert final[split]['sequence_accuracy'] == pytest.approx(1 - final[split]['wer'])

@@ -138,6 +138,12 @@ class CmudictG2p(tfds.core.GeneratorBasedBuilder):
     yield from enumerate(records)  # key = position: records are already in hash order
 
 
+def matches_a_reference(task: Task, split: str, row: dict) -> bool:
+  """A word is right if the output equals any of its pronunciations."""
+  hypothesis = task.target_vocab.decode(row['hypothesis']).split()
+  return any(hypothesis == ref.split() for ref in task.split(split)[row['index']]['references'])
+
+
 def g2p_metrics(task: Task, split: str, rows: list[dict]) -> dict:
   """WER/PER against all references of each word, and WER by word length."""
   if not rows:
@@ -180,5 +186,6 @@ def build_task(config: Any, max_words: int = 0) -> Task:
     target_vocab,
     splits,
     decoded_metrics=lambda split, rows: g2p_metrics(task, split, rows),
+    correct=lambda split, row: matches_a_reference(task, split, row),
   )
   return task

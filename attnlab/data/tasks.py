@@ -39,6 +39,8 @@ class Task:
     decoded_metrics: (split, rows) -> extra metrics of decoded outputs (WER/PER, BLEU, ...);
       each row is a dict with 'index' (example index in the split), 'hypothesis' and
       'reference' (token ids without EOS) and 'correct'.
+    correct: (split, row) -> whether a decoded row counts as right; by default the hypothesis
+      equals the reference. Tasks with several references (G2P) accept any of them.
   """
 
   def __init__(
@@ -49,6 +51,7 @@ class Task:
     splits: Mapping[str, Callable[[], Source]],
     alignment: Callable[[dict], list[int] | None] = lambda example: None,
     decoded_metrics: Callable[[str, list[dict]], dict] = lambda split, rows: {},
+    correct: Callable[[str, dict], bool] = lambda split, row: row['hypothesis'] == row['reference'],
   ):
     self.name = name
     self.source_vocab = source_vocab
@@ -56,6 +59,7 @@ class Task:
     self._split_fns = dict(splits)
     self._alignment = alignment
     self._decoded_metrics = decoded_metrics
+    self._correct = correct
     self._sources: dict[str, Source] = {}
 
   @property
@@ -76,6 +80,9 @@ class Task:
 
   def decoded_metrics(self, split: str, rows: list[dict]) -> dict:
     return self._decoded_metrics(split, rows)
+
+  def is_correct(self, split: str, row: dict) -> bool:
+    return bool(self._correct(split, row))
 
   def __repr__(self) -> str:
     return f'Task({self.name!r}, splits={self.split_names}, vocab={self.target_vocab.size})'

@@ -31,16 +31,13 @@ import jax
 import jax.numpy as jnp
 
 from attnlab.config import ModelConfig
-from attnlab.models import attention, scoring
-from attnlab.models.encoder import make_cell
+from attnlab.models import attention, recurrent, scoring
 
 Memory = dict[str, Any]
 DecoderCarry = dict[str, Any]
 
 
-def top_hidden(layer_carry) -> jax.Array:
-  """h_BxH of one layer's carry: the LSTM's (c, h) or the GRU's h."""
-  return layer_carry[1] if isinstance(layer_carry, tuple) else layer_carry
+top_hidden = recurrent.hidden  # h_BxH of one layer's carry: the LSTM's (c, h) or the GRU's h
 
 
 class DecoderCell(nn.Module):
@@ -55,7 +52,12 @@ class DecoderCell(nn.Module):
     dtype = jnp.dtype(cfg.dtype)
     H = cfg.hidden_size
     self.embed = nn.Embed(self.vocab_size, cfg.embed_dim, dtype=dtype)
-    self.cells = [make_cell(cfg.cell, H, dtype) for _ in range(cfg.decoder_layers)]
+    # Bottom layer input: [emb; c_t] (bahdanau), [emb; h~_{t-1}] (input feeding) or emb.
+    extra = H if self._has_extra_input() else 0
+    self.cells = [
+      recurrent.CellParams(cfg.cell, cfg.embed_dim + extra if layer == 0 else H, H)
+      for layer in range(cfg.decoder_layers)
+    ]
     self.attentive = att.timing != 'none'
     self.multi_head = self.attentive and att.num_heads > 1
     if self.multi_head:
@@ -119,65 +121,165 @@ class DecoderCell(nn.Module):
       )
     return context_Bx1xH[:, 0, :], weights_Bx1xS[:, 0, :]
 
-  def _rnn(self, states, x_BxI, train: bool):
-    """Runs the stacked cells one step; returns (new states, top layer's h_BxH)."""
-    new_states = []
-    for layer, cell in enumerate(self.cells):
-      if layer > 0:
-        x_BxI = self.dropout(x_BxI, deterministic=not train)
-      state, x_BxI = cell(states[layer], x_BxI)
-      # Keep the carry float32 whatever the compute dtype (nn.scan needs a fixed carry type).
-      new_states.append(jax.tree.map(lambda a: a.astype(jnp.float32), state))
-    return tuple(new_states), x_BxI
+  def cell_weights(self) -> list[recurrent.Weights]:
+    """Every layer's concatenated kernels, computed once per call (outside time loops). The
+    bottom layer's W_i rows for the context / h~ input are stacked onto W_h
+    (`recurrent.stack_extra`), so each step does [extra; h] [W_x; W_h] as one matmul."""
+    weights = [cell() for cell in self.cells]
+    if self._has_extra_input():
+      weights[0] = recurrent.stack_extra(weights[0], self.config.embed_dim)
+    return weights
 
-  def __call__(
-    self, carry: DecoderCarry, y_prev_B: jax.Array, memory: Memory, *, train: bool = False
-  ):
+  def _has_extra_input(self) -> bool:
+    att = self.config.attention
+    return att.timing == 'bahdanau' or att.input_feeding
+
+  def embed_gates(self, y_prev, weights, train: bool):
+    """The embeddings' share of the bottom layer's input gates, emb W_i[:E], for ...xE tokens.
+
+    Without dropout this is a row of the V x G table (embedding W_i[:E]): decoding gathers
+    rows instead of multiplying every step.
+    """
+    dtype = jnp.dtype(self.config.dtype)
+    if not train or self.config.dropout == 0.0:
+      table_VxG = recurrent.input_gates(weights[0], self.embed.embedding, dtype)
+      return jnp.take(table_VxG, y_prev, axis=0)
+    emb = self.dropout(self.embed(y_prev), deterministic=not train)
+    return recurrent.input_gates(weights[0], emb, dtype)
+
+  def _rnn(self, states, gx0_BxG, weights, train: bool, extra_BxK=None):
+    """Runs the stacked cells one step from the bottom layer's input gates (plus its extra
+    input); returns (new states, top layer's h_BxH)."""
+    kind, dtype = self.config.cell, jnp.dtype(self.config.dtype)
+    new_states = []
+    for layer, state in enumerate(states):
+      if layer == 0:
+        new_state = recurrent.cell_step(kind, weights[0], state, gx0_BxG, dtype, extra_BxK)
+      else:
+        x_BxH = self.dropout(top_hidden(new_states[-1]), deterministic=not train)
+        gx_BxG = recurrent.input_gates(weights[layer], x_BxH, dtype)
+        new_state = recurrent.cell_step(kind, weights[layer], state, gx_BxG, dtype)
+      # Keep the carry float32 whatever the compute dtype (nn.scan needs a fixed carry type).
+      new_states.append(jax.tree.map(lambda a: a.astype(jnp.float32), new_state))
+    return tuple(new_states), top_hidden(new_states[-1])
+
+  def _readout(self, s, context):
+    if self.attentive:
+      readout_in = jnp.concatenate([s, context.astype(s.dtype)], axis=-1)
+    else:
+      readout_in = s
+    return jnp.tanh(self.w_c(readout_in))
+
+  def core(self, carry: DecoderCarry, gx_emb_BxG, memory: Memory, weights, *, train: bool):
+    """One step up to h~_t, from the embedding's input gates: (carry, (h~_BxH, attn_BxS))."""
     timing = self.config.attention.timing
     states, step_B = carry['states'], carry['step']
-    emb_BxE = self.dropout(self.embed(y_prev_B), deterministic=not train)
     if timing == 'bahdanau':
       context_BxH, weights_BxS = self._attend(top_hidden(states[-1]), memory, step_B, train)
-      states, s_BxH = self._rnn(states, jnp.concatenate([emb_BxE, context_BxH], axis=-1), train)
+      states, s_BxH = self._rnn(states, gx_emb_BxG, weights, train, extra_BxK=context_BxH)
     elif timing == 'luong':
-      x_BxI = emb_BxE
-      if self.config.attention.input_feeding:
-        x_BxI = jnp.concatenate([emb_BxE, carry['feed'].astype(emb_BxE.dtype)], axis=-1)
-      states, s_BxH = self._rnn(states, x_BxI, train)
+      feed_BxH = carry['feed'] if self.config.attention.input_feeding else None
+      states, s_BxH = self._rnn(states, gx_emb_BxG, weights, train, extra_BxK=feed_BxH)
       context_BxH, weights_BxS = self._attend(s_BxH, memory, step_B, train)
     else:
-      states, s_BxH = self._rnn(states, emb_BxE, train)
-      weights_BxS = jnp.zeros(memory['mask'].shape, jnp.float32)
-    if self.attentive:
-      readout_in = jnp.concatenate([s_BxH, context_BxH.astype(s_BxH.dtype)], axis=-1)
-    else:
-      readout_in = s_BxH
-    h_tilde_BxH = jnp.tanh(self.w_c(readout_in))
-    logits_BxV = self.w_o(self.dropout(h_tilde_BxH, deterministic=not train))
+      states, s_BxH = self._rnn(states, gx_emb_BxG, weights, train)
+      context_BxH, weights_BxS = None, jnp.zeros(memory['mask'].shape, jnp.float32)
+    h_tilde_BxH = self._readout(s_BxH, context_BxH)
     new_carry = {
       'states': states,
       'feed': h_tilde_BxH.astype(jnp.float32),
       'step': step_B + 1,
     }
-    return new_carry, (logits_BxV.astype(jnp.float32), weights_BxS)
+    return new_carry, (h_tilde_BxH, weights_BxS)
+
+  def logits(self, h_tilde, *, train: bool):
+    """W_o dropout(h~) + b for ...xH, float32."""
+    return self.w_o(self.dropout(h_tilde, deterministic=not train)).astype(jnp.float32)
+
+  def __call__(
+    self, carry: DecoderCarry, y_prev_B: jax.Array, memory: Memory, *, train: bool = False
+  ):
+    weights = self.cell_weights()
+    gx_emb_BxG = self.embed_gates(y_prev_B, weights, train)
+    carry, (h_tilde_BxH, weights_BxS) = self.core(carry, gx_emb_BxG, memory, weights, train=train)
+    return carry, (self.logits(h_tilde_BxH, train=train), weights_BxS)
+
+  def whole_sequence(self, carry: DecoderCarry, tgt_in_BxT, memory: Memory, *, train: bool):
+    """Teacher forcing when the RNN does not read attention (luong without input feeding,
+    none): the RNN over all T steps, then attention and readout for all T queries at once."""
+    kind, dtype = self.config.cell, jnp.dtype(self.config.dtype)
+    weights = self.cell_weights()
+    gx_BxTxG = self.embed_gates(tgt_in_BxT, weights, train)
+    states, out_BxTxH = [], None
+    for layer, state in enumerate(carry['states']):
+      if layer > 0:
+        x_BxTxH = self.dropout(out_BxTxH, deterministic=not train)
+        gx_BxTxG = recurrent.input_gates(weights[layer], x_BxTxH, dtype)
+      finals, (out_BxTxH,) = recurrent.run_layers(
+        kind, [weights[layer]], [gx_BxTxG], [state], None, dtype
+      )
+      states.append(jax.tree.map(lambda a: a.astype(jnp.float32), finals[0]))
+    s_BxTxH = out_BxTxH
+    B, T = tgt_in_BxT.shape
+    if self.attentive:
+      context_BxTxH, attn_BxTxS = self._attend_all(s_BxTxH, memory, train)
+    else:
+      context_BxTxH, attn_BxTxS = None, jnp.zeros((B, T, memory['mask'].shape[1]), jnp.float32)
+    h_tilde_BxTxH = self._readout(s_BxTxH, context_BxTxH)
+    new_carry = {
+      'states': tuple(states),
+      'feed': h_tilde_BxTxH[:, -1].astype(jnp.float32),
+      'step': carry['step'] + T,
+    }
+    return new_carry, self.logits(h_tilde_BxTxH, train=train), attn_BxTxS
+
+  def _attend_all(self, q_BxTxH, memory: Memory, train: bool):
+    """(c_BxTxH, weights_BxTxS) for T queries at decoder steps 0..T-1."""
+    mask_BxS = memory['mask']
+    if self.multi_head:
+      context_BxTxH, weights_BxNxTxS = self.mha.attend_projected(
+        q_BxTxH,
+        memory['keys'],
+        memory['values'],
+        mask_BxS[:, None, None, :],
+        deterministic=not train,
+        return_weights=True,
+      )
+      return context_BxTxH, jnp.mean(weights_BxNxTxS, axis=1)
+    return attention.attention_step(
+      self.score,
+      getattr(self, 'window', None),
+      q_BxTxH,
+      memory['keys'],
+      memory['values'],
+      mask_BxS,
+      positions_T=jnp.arange(q_BxTxH.shape[1]),
+      lengths_B=memory['lengths'],
+    )
 
 
 def unroll(cell: DecoderCell, carry: DecoderCarry, tgt_in_BxT, memory: Memory, *, train: bool):
-  """Teacher-forced unroll of `cell` over tgt_in_BxT with `nn.scan`.
+  """Teacher-forced unroll of `cell` over tgt_in_BxT (the same step search runs).
 
-  Params are broadcast (one set for all steps, the same the step uses in search), dropout
-  draws fresh masks each step, memory is broadcast. Returns (carry, logits_BxTxV, attn_BxTxS).
+  Params are broadcast (one set for all steps), dropout draws fresh masks each step, memory is
+  broadcast; only step-dependent work is inside the `nn.scan` (module docstring). Returns
+  (carry, logits_BxTxV, attn_BxTxS).
   """
+  att = cell.config.attention
+  if att.timing == 'none' or (att.timing == 'luong' and not att.input_feeding):
+    return cell.whole_sequence(carry, tgt_in_BxT, memory, train=train)
+  weights = cell.cell_weights()
+  gx_BxTxG = cell.embed_gates(tgt_in_BxT, weights, train)
 
-  def body(module, carry, y_prev_B, memory):
-    return module(carry, y_prev_B, memory, train=train)
+  def body(module, carry, gx_emb_BxG, memory, weights):
+    return module.core(carry, gx_emb_BxG, memory, weights, train=train)
 
   scan = nn.scan(
     body,
     variable_broadcast='params',
     split_rngs={'params': False, 'dropout': True},
-    in_axes=(1, nn.broadcast),
+    in_axes=(1, nn.broadcast, nn.broadcast),
     out_axes=1,
   )
-  carry, (logits_BxTxV, attn_BxTxS) = scan(cell, carry, tgt_in_BxT, memory)
-  return carry, logits_BxTxV, attn_BxTxS
+  carry, (h_tilde_BxTxH, attn_BxTxS) = scan(cell, carry, gx_BxTxG, memory, weights)
+  return carry, cell.logits(h_tilde_BxTxH, train=train), attn_BxTxS

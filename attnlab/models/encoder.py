@@ -2,9 +2,11 @@
 
 The encoder reads a padded source batch (PAD_ID at the end of each row) and returns
 `enc_BxSxH` with zeros at padded positions plus the final state of every layer. Padding
-never leaks into the results: each direction runs with `seq_lengths`, so a padded row gives
-exactly the outputs and final states of the same sequence run alone (the backward direction
-starts at the last real token, not at the padding).
+never leaks into the results: a row's carry stops at its length and the backward direction
+reads each row reversed within its length, so a padded row gives exactly the outputs and
+final states of the same sequence run alone (the backward direction starts at the last real
+token, not at the padding). Both directions run in one time loop after one input projection
+for all steps (attnlab.models.recurrent); parameters are flax's LSTM/GRU cell trees.
 
 A bidirectional layer gives each direction H/2 units and concatenates them, so outputs and
 final states have size H either way (DESIGN.md section 1) and every score type-checks.
@@ -23,21 +25,12 @@ import jax
 import jax.numpy as jnp
 
 from attnlab.config import ModelConfig, check_choice
-from attnlab.models import PAD_ID
+from attnlab.models import PAD_ID, recurrent
 
-CELLS = ('lstm', 'gru')
 BRIDGES = ('dense', 'copy', 'zero')
 
 # One layer's recurrent state: (c_BxH, h_BxH) for an LSTM, h_BxH for a GRU.
 Carry = Any
-
-
-def make_cell(kind: str, features: int, dtype: Any, name: str | None = None) -> nn.RNNCellBase:
-  """An LSTM (flax OptimizedLSTMCell, carry (c, h)) or GRU (carry h) cell of `features` units."""
-  check_choice('model.cell', kind, CELLS)
-  if kind == 'lstm':
-    return nn.OptimizedLSTMCell(features, dtype=dtype, name=name)
-  return nn.GRUCell(features, dtype=dtype, name=name)
 
 
 def source_lengths(src_BxS: jax.Array) -> jax.Array:
@@ -75,20 +68,31 @@ class RNNEncoder(nn.Module):
     for layer in range(cfg.encoder_layers):
       if layer > 0:
         x = nn.Dropout(cfg.dropout)(x, deterministic=not train)
+      in_features = x.shape[-1]
       if cfg.bidirectional:
-        units = H // 2
-        # What nn.Bidirectional does; the cells (which hold the params) are named per layer.
-        fwd_rnn = nn.RNN(make_cell(cfg.cell, units, dtype, name=f'layer_{layer}_fwd'))
-        bwd_rnn = nn.RNN(make_cell(cfg.cell, units, dtype, name=f'layer_{layer}_bwd'))
-        fwd, x_fwd = fwd_rnn(x, seq_lengths=lengths_B, return_carry=True)
-        bwd, x_bwd = bwd_rnn(
-          x, seq_lengths=lengths_B, return_carry=True, reverse=True, keep_order=True
-        )
-        x = jnp.concatenate([x_fwd, x_bwd], axis=-1)
-        carry = _concat_carries(fwd, bwd)
+        # Both directions in one time loop; the backward one reads each row reversed within its
+        # length, so it starts at the last real token (what nn.RNN(reverse=True) does).
+        names, units = (f'layer_{layer}_fwd', f'layer_{layer}_bwd'), H // 2
       else:
-        rnn = nn.RNN(make_cell(cfg.cell, H, dtype, name=f'layer_{layer}'))
-        carry, x = rnn(x, seq_lengths=lengths_B, return_carry=True)
+        names, units = (f'layer_{layer}',), H
+      weights = [recurrent.CellParams(cfg.cell, in_features, units, name=n)() for n in names]
+      # One input projection for all directions and steps: x [W_i_fwd, W_i_bwd].
+      both = (
+        jnp.concatenate([w[0] for w in weights], axis=-1),
+        None if weights[0][1] is None else jnp.concatenate([w[1] for w in weights]),
+      )
+      gx_BxSxG = jnp.split(recurrent.input_gates(both, x, dtype), len(names), axis=-1)
+      if cfg.bidirectional:
+        gx_BxSxG[1] = recurrent.flip_within_lengths(gx_BxSxG[1], lengths_B)
+      zero = recurrent.zero_carry(cfg.cell, x.shape[0], units, jnp.float32)
+      finals, outs = recurrent.run_layers(
+        cfg.cell, weights, gx_BxSxG, [zero] * len(names), mask_BxS, dtype
+      )
+      if cfg.bidirectional:
+        outs[1] = recurrent.flip_within_lengths(outs[1], lengths_B)
+        x, carry = jnp.concatenate(outs, axis=-1), _concat_carries(*finals)
+      else:
+        x, carry = outs[0], finals[0]
       # Outputs past a row's length are whatever the cell computed on padding: zero them.
       x = jnp.where(mask_BxS[:, :, None], x, jnp.zeros((), x.dtype))
       final_states.append(carry)

@@ -1,0 +1,1 @@
+"""Throughput of attnlab against a PyTorch reference: `python -m benchmarks.run [--quick]`."""

@@ -1,0 +1,120 @@
+"""Timing helpers: interleaved repetitions, load average, matmul peak, machine name.
+
+The benchmark machine is shared, so absolute timings drift with other processes' load. Every
+comparison therefore alternates the two frameworks repetition by repetition (ABBA order, so a
+trend hits both equally) and reports medians; the load average is recorded next to each
+measurement.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import statistics
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+
+def load_average() -> float:
+  """1-minute load average (0 where the platform has none)."""
+  try:
+    return round(os.getloadavg()[0], 2)
+  except OSError:
+    return 0.0
+
+
+def machine_name() -> str:
+  """A stable file name for this machine: CPU model and core count, e.g. amd-epyc-2cpu."""
+  model = platform.processor() or platform.machine()
+  try:
+    with open('/proc/cpuinfo') as f:
+      for line in f:
+        if line.startswith('model name'):
+          model = line.split(':', 1)[1]
+          break
+  except OSError:
+    pass
+  slug = re.sub(r'[^a-z0-9]+', '-', model.lower()).strip('-')
+  slug = re.sub(r'-(processor|cpu)\b.*', '', slug)[:40] or 'machine'
+  return f'{slug}-{os.cpu_count()}cpu'
+
+
+def interleaved(runs: dict[str, Callable[[], float]], reps: int) -> dict[str, dict]:
+  """Calls each `runs[name]() -> seconds` `reps` times, alternating the order every rep.
+
+  Returns {name: {'median_s', 'min_s', 'all_s', 'load'}} (load: mean 1-minute load average
+  over the repetitions).
+  """
+  names = list(runs)
+  times = {n: [] for n in names}
+  loads = []
+  for rep in range(reps):
+    for name in names if rep % 2 == 0 else names[::-1]:
+      times[name].append(runs[name]())
+    loads.append(load_average())
+  load = round(float(np.mean(loads)), 2)
+  return {
+    n: {
+      'median_s': statistics.median(t),
+      'min_s': min(t),
+      'all_s': [round(x, 4) for x in t],
+      'load': load,
+    }
+    for n, t in times.items()
+  }
+
+
+def timed(fn: Callable[[], object]) -> tuple[float, object]:
+  start = time.perf_counter()
+  out = fn()
+  return time.perf_counter() - start, out
+
+
+def jax_matmul_gflops(n: int = 1024, reps: int = 10) -> float:
+  """Best float32 n x n matmul rate of XLA on this machine, GFLOP/s."""
+  import jax
+  import jax.numpy as jnp
+
+  a = jnp.asarray(np.random.default_rng(0).standard_normal((n, n)), jnp.float32)
+  mm = jax.jit(lambda x, y: x @ y)
+  mm(a, a).block_until_ready()
+  best = min(timed(lambda: mm(a, a).block_until_ready())[0] for _ in range(reps))
+  return 2 * n**3 / best / 1e9
+
+
+def torch_matmul_gflops(n: int = 1024, reps: int = 10) -> float:
+  """Best float32 n x n matmul rate of PyTorch on this machine, GFLOP/s."""
+  import torch
+
+  a = torch.randn(n, n)
+  a @ a
+  best = min(timed(lambda: a @ a)[0] for _ in range(reps))
+  return 2 * n**3 / best / 1e9
+
+
+def peak_rss_mib() -> float:
+  """This process's resident-set high-water mark (VmHWM), MiB (0 where /proc is missing)."""
+  try:
+    with open('/proc/self/status') as f:
+      for line in f:
+        if line.startswith('VmHWM:'):
+          return int(line.split()[1]) / 1024
+  except OSError:
+    pass
+  import resource
+
+  return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def rss_mib() -> float:
+  try:
+    with open('/proc/self/status') as f:
+      for line in f:
+        if line.startswith('VmRSS:'):
+          return int(line.split()[1]) / 1024
+  except OSError:
+    pass
+  return 0.0

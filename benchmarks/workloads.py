@@ -1,0 +1,154 @@
+"""What the benchmark measures: the model configs and the synthetic G2P-sized batches.
+
+Every RNN config is the issue's headline model (bi-LSTM encoder, H = 256, embeddings 64, one
+layer each, dropout 0.1, batch 64) with one attention timing and score; the Transformer has
+the same width (2 + 2 layers, 4 heads, FFN 1024). Data: G2P-sized pairs, sources of 8-12
+symbols from 30 and targets of 8-10 from 45 (vocabulary sizes include the 4 special tokens),
+plus EOS; uniform random tokens from a fixed seed. attnlab pads every batch to the pipeline's
+buckets (`data.bucket_size`, attnlab.data.pipeline.padded_length); the PyTorch reference gets
+the same rows trimmed to each batch's longest row, as eager code does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import ml_collections
+import numpy as np
+
+from attnlab import config as config_lib
+from attnlab.data.pipeline import padded_length
+from attnlab.models import EOS_ID, NUM_SPECIAL_TOKENS, PAD_ID
+from configs import base
+
+SOURCE_VOCAB, TARGET_VOCAB = 30, 45
+SOURCE_LENGTHS, TARGET_LENGTHS = (8, 12), (8, 10)  # symbols, EOS not included
+BATCH_SIZE = 64
+DECODE_LENGTH = 16  # max_length of greedy and beam search (the padded target length)
+BEAM_SIZE = 5
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+  """One benchmarked model: a name and the dotted config keys that differ from the base."""
+
+  name: str
+  overrides: tuple[tuple[str, object], ...]
+  headline: bool = False
+  jax_only: bool = False  # no PyTorch counterpart (e.g. bfloat16 compute)
+  bucket_size: int = 8  # attnlab pads lengths to multiples of this (data.bucket_size)
+
+  @property
+  def kind(self) -> str:
+    return dict(self.overrides).get('model.kind', 'rnn')
+
+  @property
+  def dtype(self) -> str:
+    return dict(self.overrides).get('model.dtype', 'float32')
+
+  def value(self, key: str):
+    return dict(self.overrides)[key]
+
+
+def _rnn(timing: str, score: str, feeding: bool, headline: bool = False) -> Workload:
+  name = f'{timing}-{score}' + ('-feed' if feeding else '')
+  return Workload(
+    name,
+    (
+      ('model.attention.timing', timing),
+      ('model.attention.score', score),
+      ('model.attention.input_feeding', feeding),
+    ),
+    headline,
+  )
+
+
+def all_workloads() -> list[Workload]:
+  rnn = [_rnn('luong', 'general', True, headline=True)]
+  rnn += [_rnn('luong', s, True) for s in ('dot', 'concat')]
+  rnn += [_rnn('luong', s, False) for s in ('dot', 'general', 'concat')]
+  rnn += [_rnn('bahdanau', s, False) for s in ('dot', 'general', 'concat')]
+  transformer = Workload(
+    'transformer',
+    (
+      ('model.kind', 'transformer'),
+      ('model.encoder_layers', 2),
+      ('model.decoder_layers', 2),
+      ('model.transformer.num_heads', 4),
+      ('model.transformer.mlp_dim', 1024),
+    ),
+  )
+  headline = rnn[0]
+  bf16 = Workload(
+    headline.name + '-bf16', headline.overrides + (('model.dtype', 'bfloat16'),), jax_only=True
+  )
+  # Same model, finer buckets: targets of 9-11 tokens pad to 12 instead of 16.
+  bucket4 = Workload(headline.name + '-bucket4', headline.overrides, bucket_size=4)
+  return rnn + [transformer, bf16, bucket4]
+
+
+def quick_workloads() -> list[Workload]:
+  """The smoke test: the headline RNN, tiny (see `quick` in run_config)."""
+  return [w for w in all_workloads() if w.headline]
+
+
+def run_config(
+  workload: Workload, *, quick: bool = False, bucket_size: int = 8
+) -> config_lib.RunConfig:
+  """The validated attnlab config of `workload` (base defaults + the headline sizes)."""
+  c = base.get_config()
+  c.data.global_batch_size = BATCH_SIZE
+  c.data.max_source_length = 16
+  c.data.max_target_length = 16
+  c.data.bucket_size = bucket_size
+  c.model.embed_dim = 64
+  c.model.hidden_size = 256
+  c.model.dropout = 0.1
+  c.model.transformer.max_length = 64
+  for key, value in workload.overrides:
+    node = c
+    *parents, leaf = key.split('.')
+    for part in parents:
+      node = node[part]
+    node[leaf] = value
+  if quick:
+    c.data.global_batch_size = 8
+    c.model.embed_dim = 16
+    c.model.hidden_size = 32
+    c.model.transformer.mlp_dim = 64
+  return config_lib.parse(ml_collections.ConfigDict(c))
+
+
+def make_batches(num_batches: int, batch_size: int, bucket_size: int, seed: int = 0):
+  """`num_batches` (padded, trimmed) pairs of {'source','target'} int32 batches.
+
+  `padded` follows attnlab's pipeline (lengths rounded up to `bucket_size`); `trimmed` holds
+  the same rows cut to the batch's longest source and target, for the eager reference.
+  """
+  rng = np.random.default_rng(seed)
+  padded, trimmed = [], []
+  for _ in range(num_batches):
+    rows = {}
+    for side, vocab, (lo, hi) in (
+      ('source', SOURCE_VOCAB, SOURCE_LENGTHS),
+      ('target', TARGET_VOCAB, TARGET_LENGTHS),
+    ):
+      lengths = rng.integers(lo, hi + 1, size=batch_size)
+      width = int(lengths.max()) + 1
+      out = np.full((batch_size, width), PAD_ID, np.int32)
+      for row, n in enumerate(lengths):
+        out[row, :n] = rng.integers(NUM_SPECIAL_TOKENS, vocab, size=n)
+        out[row, n] = EOS_ID
+      rows[side] = out
+    trimmed.append(rows)
+    pad = {}
+    for side, array in rows.items():
+      width = padded_length(array.shape[1], bucket_size, cap=16)
+      pad[side] = np.pad(array, ((0, 0), (0, width - array.shape[1])), constant_values=PAD_ID)
+    padded.append(pad)
+  return padded, trimmed
+
+
+def target_tokens(batch: dict) -> int:
+  """Real (non-PAD) target tokens, EOS included: what tokens/s counts."""
+  return int(np.sum(batch['target'] != PAD_ID))

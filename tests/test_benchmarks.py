@@ -1,0 +1,92 @@
+"""The benchmark harness and the optimisations it measures.
+
+* `python -m benchmarks.run --quick` runs end to end and writes its JSON and Markdown (no
+  timing assertions: the CI machine's speed is not under test).
+* The PyTorch reference loaded with attnlab's parameters gives the same logits (RNN and
+  Transformer), so every ratio compares the same network; skipped without torch.
+* The jaxpr FLOP counter against hand-counted matmuls, loops multiplied out.
+* search.top_k (beam search's argmax rounds) equals lax.top_k, ties included.
+"""
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+from attnlab.models.factory import build_model
+from attnlab.search import top_k
+from attnlab.steps import decoder_input
+from benchmarks import flops, workloads
+
+
+def test_quick_run_writes_results(tmp_path):
+  from benchmarks import run
+
+  result = run.main(['--quick', f'--out={tmp_path}', '--machine=ci'])
+  (row,) = result['rows']
+  assert row['workload'] == 'luong-general-feed' and row['train_jax_tok_s'] > 0
+  assert row['greedy_jax_seq_s'] > 0 and row['beam_jax_seq_s'] > 0
+  assert row['train_traces'] == 1 and row['donated'] is True  # no retrace, state donated
+  assert row['train_gflop_per_step'] > 0
+  if result['versions']['torch'] is not None:
+    assert row['max_logit_diff'] < 1e-4 and row['train_ratio'] > 0
+    assert row['greedy_agreement'] == 1.0  # same network, same search: the same tokens
+  d = result['default_config']
+  assert d['train_traces'] == len(d['batch_shapes'])  # one compilation per padded shape
+  saved = json.loads((tmp_path / 'ci.json').read_text())
+  assert saved['rows'][0]['workload'] == 'luong-general-feed'
+  assert '| luong-general-feed (16x16) |' in (tmp_path / 'ci.md').read_text()
+
+
+@pytest.mark.parametrize(
+  'name', ['luong-general-feed', 'bahdanau-concat', 'luong-dot', 'transformer']
+)
+def test_torch_reference_equals_attnlab(name):
+  torch = pytest.importorskip('torch')
+  from benchmarks import torch_side
+
+  workload = next(w for w in workloads.all_workloads() if w.name == name)
+  cfg = workloads.run_config(workload, quick=True)
+  model = build_model(cfg.model, workloads.SOURCE_VOCAB, workloads.TARGET_VOCAB)
+  (batch,), _ = workloads.make_batches(1, 4, bucket_size=8)
+  tgt_in = np.asarray(decoder_input(batch['target']))
+  params = model.init(jax.random.key(3), batch['source'], tgt_in)['params']
+  ours = np.asarray(model.apply({'params': params}, batch['source'], tgt_in))
+  reference = torch_side.TorchRunner(workload, quick=True, params=jax.device_get(params)).model
+  reference.eval()
+  with torch.inference_mode():
+    theirs = reference(torch.from_numpy(batch['source']).long(), torch.from_numpy(tgt_in).long())
+  valid = batch['target'] != 0
+  np.testing.assert_allclose(ours[valid], theirs.numpy()[valid], atol=1e-5)
+
+
+def test_flop_counter_multiplies_scan_bodies():
+  B, T, H = 3, 5, 4
+
+  def rnn(w_HxH, x_TxBxH):
+    step = lambda h, x: (jnp.tanh(h @ w_HxH + x), h)
+    return lax.scan(step, jnp.zeros((B, H)), x_TxBxH)[1].sum()
+
+  args = (jnp.ones((H, H)), jnp.ones((T, B, H)))
+  assert flops.matmul_flops(rnn, *args) == T * 2 * B * H * H
+  # Reverse mode: per step dh = g W^T and dW += h^T g, plus the forward: 3x.
+  assert flops.matmul_flops(jax.grad(rnn), *args) == 3 * T * 2 * B * H * H
+  batched = lambda a, b: jnp.einsum('bts,bsh->bth', a, b)
+  assert flops.matmul_flops(batched, jnp.ones((2, 3, 5)), jnp.ones((2, 5, 7))) == 2 * 2 * 3 * 5 * 7
+
+
+def test_top_k_equals_lax_top_k_with_ties():
+  rng = np.random.default_rng(0)
+  for trial in range(6):
+    x = rng.standard_normal((4, 30)).astype(np.float32)
+    if trial % 2:
+      x = np.round(x, 1) + 0.0  # many ties (no -0.0): the lowest index must come first
+    x[:, ::4] = -1.0e9  # beam search's dead candidates
+    for k in (1, 3, 10):
+      values, indices = top_k(jnp.asarray(x), k)
+      want_values, want_indices = lax.top_k(x, k)
+      np.testing.assert_array_equal(values, want_values)
+      np.testing.assert_array_equal(indices, want_indices)
