@@ -10,6 +10,7 @@ files other than checkpoints.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 import logging
 import os
@@ -25,6 +26,10 @@ from attnlab import config as config_lib
 from attnlab.evaluate import Evaluator
 from attnlab.models.factory import build_model
 from attnlab.parallel import DataParallel
+
+# One line per finished process run: {first_step, last_step, wall_s, finished_at}; a resumed
+# run adds a line (attnlab.run_report sums wall_s).
+RUN_TIMES = 'run_times.jsonl'
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -168,6 +173,7 @@ def train_loop(run: Run, state: steps.TrainState, batches, start: int) -> dict:
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Trains `config` in `workdir` (resuming if it holds a checkpoint); returns final metrics."""
+  started = time.perf_counter()
   run, state, batches, start = setup(config, workdir)
   try:
     final = train_loop(run, state, batches, start)
@@ -179,4 +185,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
       json.dump({'step': run.cfg.train.num_steps, 'num_params': run.num_params, **final}, f,
                 indent=2, default=float)
     run.progress.finish(workdir)
+    with open(os.path.join(workdir, RUN_TIMES), 'a') as f:
+      f.write(json.dumps({'first_step': start, 'last_step': run.cfg.train.num_steps,
+                          'wall_s': time.perf_counter() - started,
+                          'finished_at': datetime.datetime.now().astimezone().isoformat()}) + '\n')
   return final

@@ -116,11 +116,76 @@ def shrink_for_smoke(c: ml_collections.ConfigDict) -> None:
   c.task.num_train_examples = 2000
   c.task.num_eval_examples = 48
   c.data.global_batch_size = 16
+  _tiny_model_few_steps(c, num_steps=4, num_heatmaps=2)
+
+
+def luong_lstm_model(
+  c: ml_collections.ConfigDict,
+  *,
+  embed_dim: int,
+  hidden_size: int,
+  dropout: float,
+  layers: int = 1,
+  bidirectional: bool = True,
+) -> None:
+  """An LSTM encoder-decoder with Luong et al.'s global attention (`general`, input feeding)."""
+  c.model.kind = 'rnn'
+  c.model.cell = 'lstm'
+  c.model.bidirectional = bidirectional
+  c.model.embed_dim = embed_dim
+  c.model.hidden_size = hidden_size
+  c.model.encoder_layers = layers
+  c.model.decoder_layers = layers
+  c.model.dropout = dropout
+  c.model.attention.score = 'general'
+  c.model.attention.timing = 'luong'
+  c.model.attention.input_feeding = True
+
+
+def translation(
+  c: ml_collections.ConfigDict, *, text_vocab_size: int, global_batch_size: int
+) -> None:
+  """Sentence translation (parallel_text, wmt14_*): SentencePiece subwords, pairs of up to 64
+  tokens, peak learning rate 1e-3, beam search (5) of up to 128 tokens."""
+  c.task.tokenizer = 'sentencepiece'
+  c.task.text_vocab_size = text_vocab_size
+  c.data.max_source_length = 64
+  c.data.max_target_length = 64
+  c.data.bucket_size = 16
+  c.data.global_batch_size = global_batch_size
+  c.optim.learning_rate = 1e-3
+  c.eval.search = 'beam'
+  c.eval.beam_size = 5
+  c.eval.max_decode_length = 128
+
+
+def shrink_real_task_for_smoke(c: ml_collections.ConfigDict, global_batch_size: int = 16) -> None:
+  """The core of the `:smoke` variant of the real-data configs: a tiny one-layer model, 2 steps."""
+  c.data.global_batch_size = global_batch_size
+  c.model.encoder_layers = 1
+  c.model.decoder_layers = 1
+  _tiny_model_few_steps(c, num_steps=2, num_heatmaps=1)
+
+
+def shrink_translation_for_smoke(c: ml_collections.ConfigDict) -> None:
+  """The `:smoke` variant of the translation configs: 64 pieces, short pairs, beam 2 (tests)."""
+  shrink_real_task_for_smoke(c, global_batch_size=8)
+  c.task.text_vocab_size = 64
+  c.data.max_source_length = 32
+  c.data.max_target_length = 32
+  c.data.bucket_size = 8
+  c.eval.beam_size = 2
+  c.eval.max_decode_length = 32
+
+
+def _tiny_model_few_steps(c: ml_collections.ConfigDict, num_steps: int, num_heatmaps: int) -> None:
+  """Shared by every `:smoke` variant: embeddings of 8, H = 16; `num_steps` steps, logged twice,
+  evaluated at the last, checkpointed every 2; 4 decoded samples and `num_heatmaps` per eval."""
   c.model.embed_dim = 8
   c.model.hidden_size = 16
-  c.train.num_steps = 4
-  c.train.log_every = 2
-  c.train.eval_every = 4
+  c.train.num_steps = num_steps
+  c.train.log_every = num_steps // 2
+  c.train.eval_every = num_steps
   c.train.checkpoint_every = 2
   c.eval.num_samples = 4
-  c.eval.num_heatmaps = 2
+  c.eval.num_heatmaps = num_heatmaps

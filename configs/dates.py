@@ -29,15 +29,7 @@ def get_config(arg: str = ''):
   c.data.max_target_length = 16
   c.data.bucket_size = 16
   c.data.global_batch_size = 128
-  c.model.kind = 'rnn'
-  c.model.cell = 'lstm'
-  c.model.bidirectional = True
-  c.model.embed_dim = 64
-  c.model.hidden_size = 192
-  c.model.dropout = 0.1
-  c.model.attention.score = 'general'
-  c.model.attention.timing = 'luong'
-  c.model.attention.input_feeding = True
+  base.luong_lstm_model(c, embed_dim=64, hidden_size=192, dropout=0.1)
   c.optim.learning_rate = 3e-3
   c.optim.warmup_steps = 200
   c.train.num_steps = 3_000  # ~1.9 epochs of the 200,000 training dates
@@ -47,19 +39,11 @@ def get_config(arg: str = ''):
   c.eval.search = 'greedy'
   c.eval.max_decode_length = 16
   if arg == 'smoke':
+    base.shrink_real_task_for_smoke(c)
     c.task.num_train_examples = 400
     c.task.num_eval_examples = 32
-    c.data.global_batch_size = 16
     c.data.bucket_size = 48  # one padded shape: fewer compilations
     c.eval.max_examples = 16
-    c.model.embed_dim = 8
-    c.model.hidden_size = 16
-    c.train.num_steps = 2
-    c.train.log_every = 1
-    c.train.eval_every = 2
-    c.train.checkpoint_every = 2
-    c.eval.num_samples = 4
-    c.eval.num_heatmaps = 1
   elif arg:
     raise ValueError(
       f'unknown variant {arg!r} of configs/dates.py; choose from {", ".join(VARIANTS)}'

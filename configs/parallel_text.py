@@ -24,49 +24,16 @@ VARIANTS = ('smoke', 'char', 'word')
 def get_config(arg: str = ''):
   c = base.get_config()
   c.task.name = 'parallel_text'
-  c.task.tokenizer = 'sentencepiece'
-  c.task.text_vocab_size = 8000
   c.task.max_chars = 1000
-  c.data.max_source_length = 64
-  c.data.max_target_length = 64
-  c.data.bucket_size = 16
-  c.data.global_batch_size = 64
-  c.model.kind = 'rnn'
-  c.model.embed_dim = 256
-  c.model.hidden_size = 512
-  c.model.encoder_layers = 2
-  c.model.decoder_layers = 2
-  c.model.dropout = 0.3
-  c.model.attention.score = 'general'
-  c.model.attention.timing = 'luong'
-  c.model.attention.input_feeding = True
-  c.optim.learning_rate = 1e-3
+  base.translation(c, text_vocab_size=8000, global_batch_size=64)
+  base.luong_lstm_model(c, embed_dim=256, hidden_size=512, dropout=0.3, layers=2)
   c.optim.warmup_steps = 1000
   c.train.num_steps = 30_000
   c.train.log_every = 100
   c.train.eval_every = 2_000
   c.train.checkpoint_every = 2_000
-  c.eval.search = 'beam'
-  c.eval.beam_size = 5
-  c.eval.max_decode_length = 128
   if arg == 'smoke':
-    c.task.text_vocab_size = 64
-    c.data.max_source_length = 32
-    c.data.max_target_length = 32
-    c.data.bucket_size = 8
-    c.data.global_batch_size = 8
-    c.model.embed_dim = 8
-    c.model.hidden_size = 16
-    c.model.encoder_layers = 1
-    c.model.decoder_layers = 1
-    c.train.num_steps = 2
-    c.train.log_every = 1
-    c.train.eval_every = 2
-    c.train.checkpoint_every = 2
-    c.eval.beam_size = 2
-    c.eval.max_decode_length = 32
-    c.eval.num_samples = 4
-    c.eval.num_heatmaps = 1
+    base.shrink_translation_for_smoke(c)
   elif arg == 'char':
     c.task.tokenizer = 'char'
     c.data.max_source_length = 256

@@ -25,51 +25,21 @@ def wmt_config(source_language: str, target_language: str, arg: str, filename: s
   c.task.name = 'wmt14_translate'
   c.task.source_language = source_language
   c.task.target_language = target_language
-  c.task.tokenizer = 'sentencepiece'
-  c.task.text_vocab_size = 32_000
-  c.data.max_source_length = 64
-  c.data.max_target_length = 64
-  c.data.bucket_size = 16
-  c.data.global_batch_size = 128
-  c.model.kind = 'rnn'
-  c.model.bidirectional = False  # Luong et al. use a unidirectional stacked encoder
-  c.model.embed_dim = 1000
-  c.model.hidden_size = 1000
-  c.model.encoder_layers = 4
-  c.model.decoder_layers = 4
-  c.model.dropout = 0.2
-  c.model.attention.score = 'general'
-  c.model.attention.timing = 'luong'
-  c.model.attention.input_feeding = True
-  c.optim.learning_rate = 1e-3
+  base.translation(c, text_vocab_size=32_000, global_batch_size=128)
+  # Luong et al. use a unidirectional stacked encoder.
+  base.luong_lstm_model(
+    c, embed_dim=1000, hidden_size=1000, dropout=0.2, layers=4, bidirectional=False
+  )
   c.optim.warmup_steps = 4000
   c.optim.clip_norm = 5.0
   c.train.num_steps = 300_000
   c.train.log_every = 200
   c.train.eval_every = 10_000
   c.train.checkpoint_every = 5_000
-  c.eval.search = 'beam'
-  c.eval.beam_size = 5
-  c.eval.max_decode_length = 128
   if arg == 'smoke':
-    c.task.text_vocab_size = 64
-    c.data.max_source_length = 32
-    c.data.max_target_length = 32
-    c.data.bucket_size = 8
-    c.data.global_batch_size = 8
-    c.model.embed_dim = 8
-    c.model.hidden_size = 16
-    c.model.encoder_layers = 1
-    c.model.decoder_layers = 1
+    base.shrink_translation_for_smoke(c)
     c.optim.warmup_steps = 1
-    c.train.num_steps = 2
-    c.train.log_every = 1
-    c.train.eval_every = 2
-    c.train.checkpoint_every = 2
-    c.eval.beam_size = 2
-    c.eval.max_decode_length = 32
     c.eval.num_samples = 2
-    c.eval.num_heatmaps = 1
   elif arg == 'local_p':
     c.model.attention.window = 'local_p'
     c.model.attention.window_radius = 10

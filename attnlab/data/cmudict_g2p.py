@@ -175,9 +175,8 @@ def build_task(config: Any, max_words: int = 0) -> Task:
   builder = tfds_tasks.prepared(
     CmudictG2p(config=builder_config, data_dir=tfds_tasks.data_dir(config))
   )
-  splits = tfds_tasks.read_splits(builder, {k: k for k in ('source', 'target', 'references')})
-  train = splits['train']()
-  splits['train'] = lambda: train
+  fields = {k: k for k in ('source', 'target', 'references')}
+  splits, train = tfds_tasks.read_splits_and_train(builder, fields)
   source_vocab = Vocab.build(train.column('source'), 'char')
   target_vocab = Vocab.build(train.column('target'), 'word')
   task = Task(

@@ -194,9 +194,7 @@ def build_task(config: Any) -> Task:
     Dates(config=wanted.name if listed else wanted, data_dir=tfds_tasks.data_dir(config))
   )
   fields = {k: k for k in ('source', 'target', 'locale', 'format')}
-  splits = tfds_tasks.read_splits(builder, fields)
-  train = splits['train']()
-  splits['train'] = lambda: train
+  splits, train = tfds_tasks.read_splits_and_train(builder, fields)
   source_vocab = Vocab.build(train.column('source'), 'char')
   target_vocab = Vocab.build(train.column('target'), 'char')
   task = Task(

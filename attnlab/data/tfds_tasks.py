@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -148,6 +148,17 @@ def read_splits(
   return {s: functools.partial(read, s) for s in SPLITS}
 
 
+def read_splits_and_train(
+  builder: tfds.core.DatasetBuilder, fields: Mapping[str, str]
+) -> tuple[dict[str, Callable[[], TfdsSplit]], TfdsSplit]:
+  """`read_splits`, with the train split read now (the vocabularies are built from it) and
+  kept: the returned splits hand back that same `TfdsSplit` rather than reading it again."""
+  splits = read_splits(builder, fields)
+  train = splits['train']()
+  splits['train'] = lambda: train
+  return splits, train
+
+
 def _wmt14_pairs() -> tuple[str, ...]:
   from tensorflow_datasets.translate import wmt14  # Registers wmt14_translate with TFDS.
 
@@ -173,9 +184,7 @@ def build_wmt14_task(config: Any) -> Task:
       f'WMT14 has no pair {src}->{tgt}; choose a direction of {", ".join(sorted(pairs))}'
     )
   builder = prepared(tfds.builder(f'wmt14_translate/{pair}', data_dir=data_dir(config)))
-  splits = read_splits(builder, {src: 'source', tgt: 'target'})
-  train = splits['train']()
-  splits['train'] = lambda: train
+  splits, train = read_splits_and_train(builder, {src: 'source', tgt: 'target'})
   step = max(1, -(-len(train) // MAX_SENTENCEPIECE_SENTENCES))
   source_vocab, target_vocab = (
     parallel_text.make_vocab(

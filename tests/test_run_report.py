@@ -1,0 +1,139 @@
+"""Run report: golden README.md lines of a fake finished run directory, plots, copies, errors."""
+
+import json
+import os
+import re
+
+import numpy as np
+import pytest
+from absl import flags
+from absl.testing import flagsaver
+
+from attnlab import heatmaps, run_report, train
+
+COMMAND = 'python -m attnlab.main --config=configs/g2p.py --workdir=runs/g2p-final'
+TEST = {
+  'loss': 0.41234,
+  'sequence_accuracy': 0.27412,
+  'wer': 0.72588,
+  'per': 0.1234,
+  'num_examples': 1200,
+  'by_length': [
+    {'bucket': '0-4', 'count': 0, 'mean': None},
+    {'bucket': '5-9', 'count': 2, 'mean': 0.5},
+    {'bucket': '10-14', 'count': 4, 'mean': 0.25},
+  ],
+  'wer_by_length': [
+    {'bucket': '0-4', 'count': 0, 'mean': None},
+    {'bucket': '5-9', 'count': 2, 'mean': 0.5},
+    {'bucket': '10-14', 'count': 4, 'mean': 0.75},
+  ],
+  'accuracy_by_locale': {'fr_FR': 0.5, 'de_DE': 0.75},
+  'accuracy_by_format': {'short': 1.0, 'long': 0.125},
+}
+EVAL = {**TEST, 'sequence_accuracy': 0.3, 'wer': 0.7, 'num_examples': 500}
+FINAL = {'step': 2000, 'num_params': 1234567, 'eval': EVAL, 'test': TEST}
+
+
+def _write(path, text):
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  with open(path, 'w') as f:
+    f.write(text)
+
+
+def _jsonl(rows):
+  return ''.join(json.dumps(r) + '\n' for r in rows)
+
+
+@pytest.fixture
+def run_dir(tmp_path):
+  d = tmp_path / 'run'
+  _write(d / 'config.json', json.dumps({'task': {'name': 'cmudict_g2p'}, 'seed': 0}))
+  _write(d / 'final_metrics.json', json.dumps(FINAL))
+  # The first window (compilation) is left out: median of 400, 500, 900 tokens/s.
+  events = [
+    {'step': 500 * (i + 1), 'split': 'train', 'loss': 3.0 - i, 'tokens_per_sec': rate}
+    for i, rate in enumerate([10.0, 400.0, 500.0, 900.0])
+  ]
+  events += [{'step': 1000, 'split': 'eval', 'wer': 0.8}, {'step': 2000, 'split': 'eval', **EVAL}]
+  _write(d / 'metrics.jsonl', _jsonl(events))
+  weights = np.full((3, 4), 0.25, np.float32)
+  heatmaps.save_heatmap(d / 'attention' / 'test_step0002000_ex0.png', weights, 'abc.', 'xyz')
+  _write(d / 'attention' / 'test_step0001000_ex0.png', 'not the final step')
+  runs = [
+    {'first_step': 0, 'last_step': 2000, 'wall_s': 3000.0, 'finished_at': '2025-01-01T00:00'},
+    {'first_step': 1500, 'last_step': 2000, 'wall_s': 723.0, 'finished_at': '2025-01-01T02:00'},
+  ]
+  _write(d / train.RUN_TIMES, _jsonl(runs))
+  return d
+
+
+GOLDEN = [
+  '# cmudict_g2p: configs/g2p.py',
+  f'    {COMMAND}',
+  '- Wall time: 1h02m03s (3,723 s, sum over 2 process run(s) in run_times.jsonl)',
+  '- Parameters: 1,234,567',
+  '- Training steps: 2,000',
+  '- Training throughput: 500 tokens/s (median over logging windows after the first, which '
+  'includes compilation)',
+  '| metric | eval | test |',
+  '| sequence_accuracy | 30.00% | 27.41% |',
+  '| wer | 70.00% | 72.59% |',
+  '| per | 12.34% | 12.34% |',
+  '| loss | 0.4123 | 0.4123 |',
+  '| num_examples | 500 | 1,200 |',
+  '## By source length: test',
+  '| source length | examples | sequence_accuracy | wer |',
+  '| 5-9 | 2 | 50.00% | 50.00% |',
+  '| 10-14 | 4 | 25.00% | 75.00% |',
+  '| locale | eval accuracy | test accuracy |',
+  '| de_DE | 75.00% | 75.00% |',
+  '| fr_FR | 50.00% | 50.00% |',
+  '| format | eval accuracy | test accuracy |',
+  '| long | 12.50% | 12.50% |',
+  '![accuracy by source length](by_length.png)',
+  '![training loss and eval wer](learning_curve.png)',
+  '![test example 0](attention/test_step0002000_ex0.png)',
+]
+
+
+def test_report_of_a_finished_run(run_dir, tmp_path):
+  out = tmp_path / 'results' / 'g2p'
+  path = run_report.write_run_report(str(run_dir), str(out), command=COMMAND)
+  lines = open(path).read().splitlines()
+  for line in GOLDEN:
+    assert line in lines
+  assert lines.index('| de_DE | 75.00% | 75.00% |') < lines.index('| fr_FR | 50.00% | 50.00% |')
+  assert not any(line.startswith('| 0-4 ') for line in lines)  # empty buckets are left out
+  for name in ('by_length.png', 'learning_curve.png', 'attention/test_step0002000_ex0.png'):
+    assert (out / name).read_bytes().startswith(b'\x89PNG')
+  assert os.listdir(out / 'attention') == ['test_step0002000_ex0.png']  # final step only
+  assert json.loads((out / 'final_metrics.json').read_text()) == FINAL
+  assert json.loads((out / 'config.json').read_text())['task']['name'] == 'cmudict_g2p'
+
+
+def test_main_with_flags_and_nothing_recorded(run_dir, tmp_path):
+  out = tmp_path / 'out'
+  with flagsaver.flagsaver():
+    argv = flags.FLAGS(['run_report', str(run_dir), f'--out={out}', '--wall_s=90'])
+    run_report.main(argv)
+  text = (out / 'README.md').read_text()
+  assert '- Wall time: 1m30s (90 s, from --wall_s)' in text
+  assert '# cmudict_g2p: config file not recorded' in text
+  assert '    (not recorded)' in text.splitlines()
+  os.remove(run_dir / train.RUN_TIMES)
+  os.remove(run_dir / 'metrics.jsonl')
+  run_report.write_run_report(str(run_dir), str(out))
+  text = (out / 'README.md').read_text()
+  assert '- Wall time: not recorded' in text
+  assert '- Training throughput: not recorded' in text
+
+
+def test_missing_final_metrics_names_the_file(run_dir, tmp_path):
+  os.remove(run_dir / 'final_metrics.json')
+  out = tmp_path / 'out'
+  with pytest.raises(ValueError, match=re.escape(str(run_dir / 'final_metrics.json'))):
+    run_report.write_run_report(str(run_dir), str(out))
+  with flagsaver.flagsaver(), pytest.raises(SystemExit, match='final_metrics.json not found'):
+    run_report.main(flags.FLAGS(['run_report', str(run_dir), f'--out={out}']))
+  assert not out.exists()
