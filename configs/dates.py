@@ -6,10 +6,10 @@ examples; eval and test 5,000 each, disjoint from training by date. Reported: ex
 (`sequence_accuracy`), `accuracy_by_locale`, `accuracy_by_format` and accuracy by source length.
 
 COMMAND: python -m attnlab.main --config=configs/dates.py --workdir=runs/dates
-Expected: not yet measured in full (target: test exact match >= 99%). Calibration (2 CPU cores
-shared with other jobs): ~0.3 CPU-seconds per step, so ~15 minutes for 3,000 steps on 2 free
-cores; exact match on the first 1,000 eval examples 98.7% after 400 steps (en_US 91%, ko_KR
-92%: short forms with two-digit years are learnt last) and 100% after 800.
+Measured (results/dates/, 683,343 parameters, 2 CPU cores shared with a two-trial sweep,
+21m10s wall): test exact match 100.00% (5,000 dates; 100% in every one of the 26 locales and
+every format), eval 100.00%. An earlier calibration run reached 98.7% on 1,000 eval examples
+after 400 steps (en_US 91%, ko_KR 92%: short forms with two-digit years are learnt last).
 Variants (`configs/dates.py:NAME`):
   smoke  a tiny model for a few steps on a small generated dataset (tests)
 """
