@@ -6,8 +6,9 @@ luong (with input feeding), on copy and reverse with sources of 5-40 symbols and
 G2P. The report's by-length plot per task is the figure to look at; 3 tasks x 3 timings x
 3 seeds = 27 trials.
 
-COMMAND: XLA_FLAGS=--xla_cpu_multi_thread_eigen=false python -m attnlab.sweep \
-  experiments/bottleneck.py --workdir=runs/bottleneck --parallel=2
+COMMAND: python -m attnlab.sweep experiments/bottleneck.py --parallel=2 \
+  --workdir=runs/bottleneck
+  (on CPU prefix XLA_FLAGS=--xla_cpu_multi_thread_eigen=false: one single-threaded trial per core)
 Sized for 2 CPU cores (one single-threaded trial per core; hidden 128, batch 64): copy and
 reverse 1,000 steps, G2P 1,000 steps (under one epoch). The measured wall time is in
 results/bottleneck/. On an accelerator raise the lengths to 5-60 (max lengths 64) and the

@@ -4,8 +4,9 @@ with 1, 2, 4 or 8 heads, d_k = d_v = d_model / heads, on CMUdict G2P.
 Vaswani et al. found one head 0.9 BLEU worse than the best (8 heads, EN-DE dev) and quality
 dropping again with too many heads (32). 4 variants x 3 seeds = 12 trials.
 
-COMMAND: XLA_FLAGS=--xla_cpu_multi_thread_eigen=false python -m attnlab.sweep \
-  experiments/heads.py --workdir=runs/heads --parallel=2
+COMMAND: python -m attnlab.sweep experiments/heads.py --parallel=2 \
+  --workdir=runs/heads
+  (on CPU prefix XLA_FLAGS=--xla_cpu_multi_thread_eigen=false: one single-threaded trial per core)
 Sized for 2 CPU cores (one single-threaded trial per core; d_model 128, 2+2 layers, FFN 256,
 batch 64, 1,000 steps: about half an epoch, so an early-training comparison). The measured
 wall time is in results/heads/. On an accelerator raise the steps.

@@ -6,8 +6,9 @@ On reverse (sources of 5-40 symbols: the anti-diagonal alignment that local_m ca
 and CMUdict G2P (nearly monotonic letters -> phonemes), D = 5, Luong general score with input
 feeding; 2 tasks x 3 windows x 3 seeds = 18 trials.
 
-COMMAND: XLA_FLAGS=--xla_cpu_multi_thread_eigen=false python -m attnlab.sweep \
-  experiments/local_global.py --workdir=runs/local_global --parallel=2
+COMMAND: python -m attnlab.sweep experiments/local_global.py --parallel=2 \
+  --workdir=runs/local_global
+  (on CPU prefix XLA_FLAGS=--xla_cpu_multi_thread_eigen=false: one single-threaded trial per core)
 Sized for 2 CPU cores (one single-threaded trial per core; hidden 128, batch 64, 1,000
 steps). The measured wall time is in results/local_global/. On an accelerator raise the
 steps.

@@ -6,8 +6,9 @@ WMT'14 En-De; Britz et al. (2017) found additive (concat) 22.47 vs multiplicativ
 Here: CMUdict G2P (ranked by test WER) and multilingual date normalisation (test sequence
 accuracy); 9 variants x 2 tasks x 3 seeds = 54 trials.
 
-COMMAND: XLA_FLAGS=--xla_cpu_multi_thread_eigen=false python -m attnlab.sweep \
-  experiments/score_timing.py --workdir=runs/score_timing --parallel=2
+COMMAND: python -m attnlab.sweep experiments/score_timing.py --parallel=2 \
+  --workdir=runs/score_timing
+  (on CPU prefix XLA_FLAGS=--xla_cpu_multi_thread_eigen=false: one single-threaded trial per core)
 Sized for 2 CPU cores (one single-threaded trial per core; hidden 128, batch 64, greedy
 decoding of 1,000 eval/test examples): G2P 1,000 steps (about half an epoch), dates 400 steps
 (the full dates config is at 98.7% after 400 steps and 100% after 800, so a longer run would
