@@ -97,17 +97,17 @@ class Variant:
 
   def values(self, metric: str) -> list[float]:
     values = [r.test.get(metric) for r in self.finished]
-    return [float(v) for v in values if _is_number(v)]
+    return [float(v) for v in values if is_number(v)]
 
   def stat(self, metric: str) -> tuple[float, float | None] | None:
     """(mean, sample std or None for one seed) of the finished seeds; None when absent."""
     return mean_std(self.values(metric))
 
   def wall_times(self) -> list[float]:
-    return [r.status['wall_s'] for r in self.finished if _is_number(r.status.get('wall_s'))]
+    return [r.status['wall_s'] for r in self.finished if is_number(r.status.get('wall_s'))]
 
 
-def _is_number(value) -> bool:
+def is_number(value) -> bool:
   return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
@@ -118,7 +118,7 @@ def mean_std(values) -> tuple[float, float | None] | None:
   return float(np.mean(values)), (float(np.std(values, ddof=1)) if len(values) > 1 else None)
 
 
-def _read_jsonl(path: str) -> list[dict]:
+def read_jsonl(path: str) -> list[dict]:
   if not os.path.isfile(path):
     return []
   rows = []
@@ -141,9 +141,9 @@ def read_trial(workdir: str, trial: Trial) -> TrialResult:
   # A resumed run logs some steps twice; the last entry per (step, split) wins.
   events = {
     (e.get('step'), e.get('split')): e
-    for e in _read_jsonl(os.path.join(directory, 'metrics.jsonl'))
+    for e in read_jsonl(os.path.join(directory, 'metrics.jsonl'))
   }
-  rows = _read_jsonl(os.path.join(directory, PREDICTIONS))
+  rows = read_jsonl(os.path.join(directory, PREDICTIONS))
   predictions = {int(r['index']): bool(r['correct']) for r in rows} if rows else None
   return TrialResult(
     trial,
@@ -224,7 +224,7 @@ def group_table(variants: list[Variant], metric: str, best, tests) -> list[str]:
       {
         int(r.final['num_params'])
         for r in v.finished
-        if _is_number((r.final or {}).get('num_params'))
+        if is_number((r.final or {}).get('num_params'))
       }
     )
     rates = [r.tokens_per_sec for r in v.finished if r.tokens_per_sec is not None]
@@ -288,7 +288,7 @@ def csv_text(groups: dict[str, list[Variant]], metric: str) -> str:
   """One row per variant: every scalar test metric's mean and std, cost, significance."""
   variants = [v for vs in groups.values() for v in vs]
   names = sorted(
-    {k for v in variants for r in v.finished for k, x in r.test.items() if _is_number(x)}
+    {k for v in variants for r in v.finished for k, x in r.test.items() if is_number(x)}
   )
   head = ['group', 'variant', 'ranked_by', 'seeds_finished', 'seeds_failed']
   head += [f'{m}_{s}' for m in names for s in ('mean', 'std')]

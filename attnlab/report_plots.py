@@ -28,7 +28,7 @@ MAX_EXAMPLES = 2  # rows of the attention grid
 _PNG_NAME = re.compile(r'^test_step(\d+)_ex(\d+)\.png$')
 
 
-def _save(fig: Figure, path: str) -> None:
+def save_figure(fig: Figure, path: str) -> None:
   os.makedirs(os.path.dirname(path), exist_ok=True)
   FigureCanvasAgg(fig)
   fig.savefig(path, format='png', dpi=110)
@@ -55,11 +55,11 @@ def plot_metric(path: str, variants: Sequence, metric: str) -> bool:
   ax.set_yticklabels([label for label, _ in rows], fontsize=8)
   ax.invert_yaxis()
   ax.set_xlabel(f'test {metric} (mean ± std over seeds; dots: seeds)')
-  _save(fig, path)
+  save_figure(fig, path)
   return True
 
 
-def _bucket_start(name: str) -> float:
+def bucket_start(name: str) -> float:
   return float(re.match(r'\d+', name).group())
 
 
@@ -75,7 +75,7 @@ def plot_by_length(path: str, variants: Sequence) -> bool:
       series[v.label] = per_bucket
   if not series:
     return False
-  buckets = sorted({b for s in series.values() for b in s}, key=_bucket_start)
+  buckets = sorted({b for s in series.values() for b in s}, key=bucket_start)
   fig = Figure(figsize=(7.5, 4.2), layout='constrained')
   ax = fig.add_subplot()
   x = np.arange(len(buckets))
@@ -90,7 +90,7 @@ def plot_by_length(path: str, variants: Sequence) -> bool:
   ax.set_ylabel('test sequence accuracy')
   ax.set_ylim(-0.02, 1.02)
   ax.legend(fontsize=7)
-  _save(fig, path)
+  save_figure(fig, path)
   return True
 
 
@@ -121,7 +121,7 @@ def plot_curves(path: str, variants: Sequence, metric: str) -> bool:
     ax.set_xlabel('step')
     ax.set_title(f'{title} (mean over seeds)', fontsize=9)
   axes[-1].legend(fontsize=7)
-  _save(fig, path)
+  save_figure(fig, path)
   return True
 
 
@@ -141,7 +141,7 @@ def _npz(result) -> str:
   return os.path.join(result.directory, 'attention', f'test_step{result.final["step"]:07d}.npz')
 
 
-def _pngs(result) -> dict[int, str]:
+def final_heatmap_pngs(result) -> dict[int, str]:
   folder, step = os.path.join(result.directory, 'attention'), result.final['step']
   out = {}
   for name in os.listdir(folder) if os.path.isdir(folder) else ():
@@ -153,7 +153,9 @@ def _pngs(result) -> dict[int, str]:
 
 def plot_attention(path: str, variants: Sequence) -> bool:
   chosen = [
-    (label, r) for label, r in _heatmap_trials(variants) if os.path.isfile(_npz(r)) or _pngs(r)
+    (label, r)
+    for label, r in _heatmap_trials(variants)
+    if os.path.isfile(_npz(r)) or final_heatmap_pngs(r)
   ]
   if not chosen:
     return False  # e.g. only timing=none variants: no attention to show
@@ -181,7 +183,7 @@ def plot_attention(path: str, variants: Sequence) -> bool:
       heatmaps.save_heatmap_grid(path, panels, ncols=len(arrays))
       return True
     return False
-  pngs = [(label, r, _pngs(r)) for label, r in chosen]
+  pngs = [(label, r, final_heatmap_pngs(r)) for label, r in chosen]
   indices = sorted(set.intersection(*(set(p) for _, _, p in pngs)))[:MAX_EXAMPLES]
   if not indices:
     return False
@@ -193,7 +195,7 @@ def plot_attention(path: str, variants: Sequence) -> bool:
       ax.imshow(mpimg.imread(files[index]))
       ax.set_axis_off()
       ax.set_title(f'{label}\n#{index} (seed {r.trial.overrides.get(SEED_KEY)})', fontsize=7)
-  _save(fig, path)
+  save_figure(fig, path)
   return True
 
 

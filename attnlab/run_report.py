@@ -70,7 +70,7 @@ def _table(head: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def metrics_table(final: dict, splits: list[str]) -> list[str]:
-  names = [n for s in splits for n, v in final[s].items() if report._is_number(v)]
+  names = [n for s in splits for n, v in final[s].items() if report.is_number(v)]
   names = sorted(dict.fromkeys(names), key=lambda n: PRIORITY.index(n) if n in PRIORITY else 99)
   rows = [[n] + [_fmt(n, final[s].get(n)) for s in splits] for n in names]
   return _table(['metric', *splits], rows)
@@ -85,7 +85,7 @@ def length_table(metrics: dict) -> list[str]:
   series = [(label, {b['bucket']: b for b in s}) for label, s in series if s]
   buckets = {b for _, s in series for b, v in s.items() if v.get('count')}
   rows = []
-  for bucket in sorted(buckets, key=report_plots._bucket_start):
+  for bucket in sorted(buckets, key=report_plots.bucket_start):
     count = next(s[bucket]['count'] for _, s in series if bucket in s)
     rows.append(
       [bucket, f'{count:,}'] + [_fmt(label, s.get(bucket, {}).get('mean')) for label, s in series]
@@ -117,7 +117,7 @@ def plot_by_length(path: str, final: dict, splits: list[str]) -> bool:
         lines.append((s, style, f'{s} {label}', points))
   if not lines:
     return False
-  buckets = sorted({b for *_, points in lines for b, _ in points}, key=report_plots._bucket_start)
+  buckets = sorted({b for *_, points in lines for b, _ in points}, key=report_plots.bucket_start)
   fig = Figure(figsize=(7.5, 4.2), layout='constrained')
   ax = fig.add_subplot()
   colors = {s: f'C{i}' for i, s in enumerate(splits)}
@@ -130,7 +130,7 @@ def plot_by_length(path: str, final: dict, splits: list[str]) -> bool:
   ax.set_ylabel('accuracy')
   ax.set_ylim(-0.02, 1.02)
   ax.legend(fontsize=8)
-  report_plots._save(fig, path)
+  report_plots.save_figure(fig, path)
   return True
 
 
@@ -140,7 +140,7 @@ def read_run(run_dir: str, config_file: str) -> report.TrialResult:
   # A resumed run logs some steps twice; the last entry per (step, split) wins.
   events = {
     (e.get('step'), e.get('split')): e
-    for e in report._read_jsonl(os.path.join(run_dir, 'metrics.jsonl'))
+    for e in report.read_jsonl(os.path.join(run_dir, 'metrics.jsonl'))
   }
   trial = Trial(os.path.basename(os.path.normpath(run_dir)), config_file, {}, {})
   events = sorted(events.values(), key=lambda e: e.get('step', 0))
@@ -150,8 +150,8 @@ def read_run(run_dir: str, config_file: str) -> report.TrialResult:
 def _wall_time(run_dir: str, wall_s: float | None) -> str:
   if wall_s is not None:
     return f'{duration(wall_s)} ({wall_s:,.0f} s, from --wall_s)'
-  lines = report._read_jsonl(os.path.join(run_dir, RUN_TIMES))
-  times = [r['wall_s'] for r in lines if report._is_number(r.get('wall_s'))]
+  lines = report.read_jsonl(os.path.join(run_dir, RUN_TIMES))
+  times = [r['wall_s'] for r in lines if report.is_number(r.get('wall_s'))]
   if not times:
     return 'not recorded'
   total = sum(times)
@@ -192,7 +192,7 @@ def plots(out: str, result, task: str, splits: list[str]) -> list[str]:
   metric = report_stats.primary_metric([variant], 'auto')
   if report_plots.plot_curves(os.path.join(out, 'learning_curve.png'), [variant], metric):
     lines += ['', f'![training loss and eval {metric}](learning_curve.png)']
-  heatmaps = report_plots._pngs(result)  # index -> PNG of the final test step
+  heatmaps = report_plots.final_heatmap_pngs(result)  # index -> PNG of the final test step
   if heatmaps:
     os.makedirs(os.path.join(out, 'attention'), exist_ok=True)
     lines += ['', f'Attention of the first test examples at step {result.final["step"]}:']
