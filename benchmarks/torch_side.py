@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from benchmarks import torch_reference, workloads
+from benchmarks import torch_reference, torch_transformer, workloads
 
 
 def _tensors(batch: dict) -> dict:
@@ -38,7 +38,7 @@ class TorchRunner:
         dropout=m.dropout,
       )
     else:
-      self.model = torch_reference.TorchTransformer(
+      self.model = torch_transformer.TorchTransformer(
         workloads.SOURCE_VOCAB,
         workloads.TARGET_VOCAB,
         hidden_size=m.hidden_size,
