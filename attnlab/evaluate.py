@@ -17,10 +17,11 @@ import os
 import jax
 import numpy as np
 
-from attnlab import data, distributed, heatmaps, metrics, search, steps
+from attnlab import data, distributed, metrics, search, steps
 from attnlab.config import RunConfig
 from attnlab.models import EOS_ID, PAD_ID
 from attnlab.parallel import DataParallel
+from attnlab.reporting import heatmaps
 
 LENGTH_BUCKET_WIDTH = 5  # source tokens per bucket in the by-length breakdown
 

@@ -12,7 +12,7 @@ import pytest
 from absl import flags
 from ml_collections import config_flags
 
-from attnlab import trials
+from attnlab.sweeps import trials
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXPERIMENTS = sorted(glob.glob(os.path.join(REPO, 'experiments', '*.py')))

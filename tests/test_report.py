@@ -7,7 +7,9 @@ import os
 import numpy as np
 import pytest
 
-from attnlab import heatmaps, report, report_stats
+from attnlab.reporting import heatmaps
+from attnlab.reporting import stats as report_stats
+from attnlab.reporting import sweep_report as report
 
 # Fake trials: (timing, seed) -> test results. Four test examples per seed; luong and bahdanau
 # get the same examples right (paired difference 0), none gets every example wrong (paired

@@ -9,7 +9,8 @@ import pytest
 from absl import flags
 from absl.testing import flagsaver
 
-from attnlab import heatmaps, run_report, train
+from attnlab import train
+from attnlab.reporting import heatmaps, run_report
 
 COMMAND = 'python -m attnlab.main --config=configs/g2p.py --workdir=runs/g2p-final'
 TEST = {

@@ -15,9 +15,11 @@ import pytest
 from absl import flags
 from ml_collections import config_flags
 
-from attnlab import sweep, sweep_runner, trials
 from attnlab.config import ConfigError
-from attnlab.trials import SweepError, Trial
+from attnlab.sweeps import command as sweep
+from attnlab.sweeps import runner as sweep_runner
+from attnlab.sweeps import trials
+from attnlab.sweeps.trials import SweepError, Trial
 
 SMOKE = 'configs/reverse.py:smoke'
 

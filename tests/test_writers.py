@@ -9,7 +9,8 @@ import pytest
 from tensorboard.backend.event_processing import event_accumulator
 from tensorboard.compat.proto import event_pb2
 
-from attnlab import heatmaps, writers
+from attnlab import writers
+from attnlab.reporting import heatmaps
 
 PNG_MAGIC = b'\x89PNG\r\n\x1a\n'
 

@@ -26,7 +26,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from attnlab.trials import PROJECT_ROOT, SweepError, Trial
+from attnlab.sweeps.trials import PROJECT_ROOT, SweepError, Trial
 
 STATUS_FILE = 'sweep_status.json'
 LOG_FILE = 'sweep_log.txt'

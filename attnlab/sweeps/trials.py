@@ -36,7 +36,7 @@ import ml_collections
 
 from attnlab import config as config_lib
 
-PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MANIFEST = 'sweep.json'
 SEED_KEY = 'seed'
 _MAX_NAME = 120  # longer names are cut and get a hash of the full overrides

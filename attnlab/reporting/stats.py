@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnlab.trials import SEED_KEY
+from attnlab.sweeps.trials import SEED_KEY
 
 BOOTSTRAP_SAMPLES = 2000
 LOWER_IS_BETTER = ('loss', 'perplexity', 'per', 'wer', 'alignment_error_rate')

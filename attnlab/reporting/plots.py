@@ -21,8 +21,8 @@ from matplotlib import image as mpimg
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from attnlab import heatmaps
-from attnlab.trials import SEED_KEY, config_label
+from attnlab.reporting import heatmaps
+from attnlab.sweeps.trials import SEED_KEY, config_label
 
 MAX_EXAMPLES = 2  # rows of the attention grid
 _PNG_NAME = re.compile(r'^test_step(\d+)_ex(\d+)\.png$')

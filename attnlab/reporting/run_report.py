@@ -1,0 +1,254 @@
+"""Results of one finished run directory: a publishable folder with README.md and plots.
+
+    python -m attnlab.run_report runs/g2p-final --out=results/g2p \
+        [--command='python -m attnlab.main --config=configs/g2p.py --workdir=runs/g2p-final'] \
+        [--wall_s=SECONDS]
+
+Reads RUN_DIR/config.json, final_metrics.json, metrics.jsonl, run_times.jsonl (written by
+attnlab.train) and the final test step's attention heatmaps. Writes OUT/README.md (command,
+wall time, parameters, steps, training tokens/s, final metrics per split, breakdowns by source
+length, locale and format), OUT/by_length.png, OUT/learning_curve.png, up to
+`MAX_HEATMAPS` heatmaps in OUT/attention/, and copies of config.json and final_metrics.json.
+Wall time: --wall_s, else the sum over RUN_DIR/run_times.jsonl (one line per process run).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sys
+
+import numpy as np
+from absl import app, flags
+from matplotlib.figure import Figure
+
+from attnlab.reporting import plots as report_plots
+from attnlab.reporting import stats as report_stats
+from attnlab.reporting import sweep_report as report
+from attnlab.sweeps.runner import duration
+from attnlab.sweeps.trials import Trial
+
+RUN_TIMES = 'run_times.jsonl'  # attnlab.train.RUN_TIMES (not imported: it loads JAX)
+MAX_HEATMAPS = 3
+PRIORITY = ('sequence_accuracy', 'wer', 'per')  # shown first in the metrics table
+BREAKDOWNS = (('accuracy_by_locale', 'locale'), ('accuracy_by_format', 'format'))
+
+_OUT = flags.DEFINE_string('out', None, 'Results folder to write (README.md, plots).')
+_COMMAND = flags.DEFINE_string('command', None, 'The exact command that trained the run.')
+_WALL_S = flags.DEFINE_float('wall_s', None, 'Wall time in seconds (default: run_times.jsonl).')
+
+
+class RunReportError(ValueError):
+  """A run directory that cannot be reported."""
+
+
+def _load_json(run_dir: str, name: str) -> dict:
+  path = os.path.join(run_dir, name)
+  if not os.path.isfile(path):
+    raise RunReportError(f'{path} not found: {run_dir} is not a finished run directory')
+  with open(path) as f:
+    return json.load(f)
+
+
+def _is_percent(name: str) -> bool:
+  return name.endswith('accuracy') or name in ('wer', 'per')
+
+
+def _fmt(name: str, value) -> str:
+  if value is None:
+    return '–'
+  if _is_percent(name):
+    return f'{100 * value:.2f}%'
+  if name.startswith('num_'):
+    return f'{int(value):,}'
+  return f'{value:.4f}'
+
+
+def _table(head: list[str], rows: list[list[str]]) -> list[str]:
+  lines = ['| ' + ' | '.join(head) + ' |', '|' + '---|' * len(head)]
+  return lines + ['| ' + ' | '.join(row) + ' |' for row in rows]
+
+
+def metrics_table(final: dict, splits: list[str]) -> list[str]:
+  names = [n for s in splits for n, v in final[s].items() if report.is_number(v)]
+  names = sorted(dict.fromkeys(names), key=lambda n: PRIORITY.index(n) if n in PRIORITY else 99)
+  rows = [[n] + [_fmt(n, final[s].get(n)) for s in splits] for n in names]
+  return _table(['metric', *splits], rows)
+
+
+def length_table(metrics: dict) -> list[str]:
+  """Sequence accuracy (by_length) and WER (wer_by_length) per non-empty source-length bucket."""
+  series = [
+    (label, metrics.get(key))
+    for key, label in (('by_length', 'sequence_accuracy'), ('wer_by_length', 'wer'))
+  ]
+  series = [(label, {b['bucket']: b for b in s}) for label, s in series if s]
+  buckets = {b for _, s in series for b, v in s.items() if v.get('count')}
+  rows = []
+  for bucket in sorted(buckets, key=report_plots.bucket_start):
+    count = next(s[bucket]['count'] for _, s in series if bucket in s)
+    rows.append(
+      [bucket, f'{count:,}'] + [_fmt(label, s.get(bucket, {}).get('mean')) for label, s in series]
+    )
+  return (
+    _table(['source length', 'examples', *(label for label, _ in series)], rows) if rows else []
+  )
+
+
+def group_table(final: dict, splits: list[str], key: str, name: str) -> list[str]:
+  """Accuracy per locale / format (sorted by name) and split; the metrics hold no counts."""
+  per_split = {s: final[s][key] for s in splits if final[s].get(key)}
+  groups = sorted({g for d in per_split.values() for g in d})
+  rows = [[g] + [_fmt('accuracy', d.get(g)) for d in per_split.values()] for g in groups]
+  return _table([name] + [f'{s} accuracy' for s in per_split], rows) if rows else []
+
+
+def plot_by_length(path: str, final: dict, splits: list[str]) -> bool:
+  """Sequence accuracy (solid) and 1 - WER (dashed) per source-length bucket and split."""
+  lines = []  # (split, style, label, [(bucket, value)])
+  for s in splits:
+    for key, style, label, value in (
+      ('by_length', '-', 'sequence accuracy', lambda m: m),
+      ('wer_by_length', '--', '1 - WER', lambda m: 1.0 - m),
+    ):
+      buckets = [b for b in final[s].get(key) or [] if b.get('count')]
+      points = [(b['bucket'], value(b['mean'])) for b in buckets]
+      if points:
+        lines.append((s, style, f'{s} {label}', points))
+  if not lines:
+    return False
+  buckets = sorted({b for *_, points in lines for b, _ in points}, key=report_plots.bucket_start)
+  fig = Figure(figsize=(7.5, 4.2), layout='constrained')
+  ax = fig.add_subplot()
+  colors = {s: f'C{i}' for i, s in enumerate(splits)}
+  for split, style, label, points in lines:
+    xs = [buckets.index(b) for b, _ in points]
+    ax.plot(xs, [v for _, v in points], style, marker='o', color=colors[split], label=label)
+  ax.set_xticks(np.arange(len(buckets)))
+  ax.set_xticklabels(buckets)
+  ax.set_xlabel('source length (tokens)')
+  ax.set_ylabel('accuracy')
+  ax.set_ylim(-0.02, 1.02)
+  ax.legend(fontsize=8)
+  report_plots.save_figure(fig, path)
+  return True
+
+
+def read_run(run_dir: str, config_file: str) -> report.TrialResult:
+  """The run as a one-trial result, so the sweep report's helpers apply to it."""
+  final = _load_json(run_dir, 'final_metrics.json')
+  # A resumed run logs some steps twice; the last entry per (step, split) wins.
+  events = {
+    (e.get('step'), e.get('split')): e
+    for e in report.read_jsonl(os.path.join(run_dir, 'metrics.jsonl'))
+  }
+  trial = Trial(os.path.basename(os.path.normpath(run_dir)), config_file, {}, {})
+  events = sorted(events.values(), key=lambda e: e.get('step', 0))
+  return report.TrialResult(trial, run_dir, 'finished', {}, final, events, None)
+
+
+def _wall_time(run_dir: str, wall_s: float | None) -> str:
+  if wall_s is not None:
+    return f'{duration(wall_s)} ({wall_s:,.0f} s, from --wall_s)'
+  lines = report.read_jsonl(os.path.join(run_dir, RUN_TIMES))
+  times = [r['wall_s'] for r in lines if report.is_number(r.get('wall_s'))]
+  if not times:
+    return 'not recorded'
+  total = sum(times)
+  return f'{duration(total)} ({total:,.0f} s, sum over {len(times)} process run(s) in {RUN_TIMES})'
+
+
+def summary(run_dir: str, result, task: str, config_file: str, command, wall_s) -> list[str]:
+  final, rate = result.final, result.tokens_per_sec
+  return [
+    f'# {task}: {config_file or "config file not recorded"}',
+    '',
+    f'Run directory `{run_dir}`, reported by `python -m attnlab.run_report`. Full config: '
+    '[config.json](config.json); metrics: [final_metrics.json](final_metrics.json).',
+    '',
+    'Command:',
+    '',
+    f'    {command}' if command else '    (not recorded)',
+    '',
+    f'- Wall time: {_wall_time(run_dir, wall_s)}',
+    f'- Parameters: {final.get("num_params", 0):,}',
+    f'- Training steps: {final.get("step", 0):,}',
+    '- Training throughput: '
+    + (
+      f'{rate:,.0f} tokens/s (median over logging windows after the first, which includes '
+      'compilation)'
+      if rate is not None
+      else 'not recorded'
+    ),
+  ]
+
+
+def plots(out: str, result, task: str, splits: list[str]) -> list[str]:
+  """Writes by_length.png, learning_curve.png and attention/; returns their markdown."""
+  lines = ['', '## Plots']
+  if plot_by_length(os.path.join(out, 'by_length.png'), result.final, splits):
+    lines += ['', '![accuracy by source length](by_length.png)']
+  variant = report.Variant(task, task, {}, [result])  # the sweep report's curves, one trial
+  metric = report_stats.primary_metric([variant], 'auto')
+  if report_plots.plot_curves(os.path.join(out, 'learning_curve.png'), [variant], metric):
+    lines += ['', f'![training loss and eval {metric}](learning_curve.png)']
+  heatmaps = report_plots.final_heatmap_pngs(result)  # index -> PNG of the final test step
+  if heatmaps:
+    os.makedirs(os.path.join(out, 'attention'), exist_ok=True)
+    lines += ['', f'Attention of the first test examples at step {result.final["step"]}:']
+  for index in sorted(heatmaps)[:MAX_HEATMAPS]:
+    name = os.path.join('attention', os.path.basename(heatmaps[index]))
+    shutil.copyfile(heatmaps[index], os.path.join(out, name))
+    lines += ['', f'![test example {index}]({name})']
+  return lines
+
+
+def write_run_report(
+  run_dir: str, out: str, *, command: str | None = None, wall_s: float | None = None
+) -> str:
+  """Writes OUT/README.md, plots and copies (see the module docstring); returns the README path.
+
+  Raises:
+    RunReportError: RUN_DIR lacks config.json or final_metrics.json (nothing is written).
+  """
+  config = _load_json(run_dir, 'config.json')
+  match = re.search(r'--config[= ]([^\s\'"]+)', command or '')
+  config_file = match.group(1) if match else ''
+  result = read_run(run_dir, config_file)
+  final, task = result.final, config.get('task', {}).get('name', '?')
+  splits = [s for s, v in final.items() if isinstance(v, dict)]
+  os.makedirs(out, exist_ok=True)
+  for name in ('config.json', 'final_metrics.json'):
+    shutil.copyfile(os.path.join(run_dir, name), os.path.join(out, name))
+  lines = summary(run_dir, result, task, config_file, command, wall_s)
+  lines += ['', '## Final metrics', ''] + metrics_table(final, splits)
+  for s in splits:
+    table = length_table(final[s])
+    if table:
+      lines += ['', f'## By source length: {s}', ''] + table
+  for key, name in BREAKDOWNS:
+    table = group_table(final, splits, key, name)
+    if table:
+      lines += ['', f'## By {name}', ''] + table
+  lines += plots(out, result, task, splits)
+  path = os.path.join(out, 'README.md')
+  with open(path, 'w') as f:
+    f.write('\n'.join(lines) + '\n')
+  return path
+
+
+def main(argv):
+  if len(argv) != 2 or not _OUT.value:
+    raise app.UsageError(
+      "usage: python -m attnlab.run_report RUN_DIR --out=DIR [--command='...'] [--wall_s=SECONDS]"
+    )
+  try:
+    print(write_run_report(argv[1], _OUT.value, command=_COMMAND.value, wall_s=_WALL_S.value))
+  except RunReportError as e:
+    sys.exit(f'error: {e}')
+
+
+if __name__ == '__main__':
+  app.run(main)

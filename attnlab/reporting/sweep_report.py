@@ -1,0 +1,358 @@
+"""Results of a sweep directory: results.md, results.csv and plots.
+
+    python -m attnlab.report runs/score_timing [--metric=auto]
+
+Reads DIR/sweep.json (written by `attnlab.sweep`) and every trial directory. Trials are grouped
+by their config file (the task) and, inside a group, by variant: the trial's overrides except
+the seed. Per variant, on the test split: the metric as mean +- sample std over finished seeds,
+other decoded metrics (PER, WER, BLEU, chrF when the task has them), attention entropy and
+alignment error rate, parameter count, training tokens/s (median over logging windows after
+the first, which includes compilation) and wall time per trial. Failed trials are marked.
+
+Significance (attnlab/report_stats.py): each variant against the best one of its group by a
+paired bootstrap of per-example exact-match correctness, read from each trial's
+predictions_test.jsonl ({"index": i, "correct": true} per line). Plots
+(attnlab/report_plots.py) go to DIR/plots/.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+import math
+import os
+import statistics
+import sys
+
+import numpy as np
+from absl import app, flags
+
+from attnlab.reporting import plots as report_plots
+from attnlab.reporting.stats import (
+  BOOTSTRAP_SAMPLES,
+  LOWER_IS_BETTER,
+  primary_metric,
+  rank,
+  significance,
+)
+from attnlab.sweeps import runner as sweep_runner
+from attnlab.sweeps import trials as trials_lib
+from attnlab.sweeps.trials import Trial
+
+PREDICTIONS = 'predictions_test.jsonl'
+EXTRA_METRICS = ('per', 'wer', 'bleu', 'chrf')  # shown when a task reports them
+ATTENTION_METRICS = ('attention_entropy', 'alignment_error_rate')
+
+_METRIC = flags.DEFINE_string(
+  'metric',
+  'auto',
+  'Test metric that ranks variants (auto: wer where the task reports it, else sequence_accuracy).',
+)
+
+
+@dataclasses.dataclass
+class TrialResult:
+  """What one trial directory holds, read once."""
+
+  trial: Trial
+  directory: str
+  state: str  # finished | failed | running | interrupted | new
+  status: dict
+  final: dict | None  # final_metrics.json
+  events: list[dict]  # metrics.jsonl, last entry per (step, split), sorted by step
+  predictions: dict[int, bool] | None  # test example index -> correct
+
+  @property
+  def test(self) -> dict:
+    return (self.final or {}).get('test', {})
+
+  @property
+  def tokens_per_sec(self) -> float | None:
+    rates = [
+      e['tokens_per_sec']
+      for e in self.events
+      if e.get('split') == 'train' and 'tokens_per_sec' in e
+    ]
+    rates = rates[1:] or rates  # the first window includes compilation
+    return statistics.median(rates) if rates else None
+
+
+@dataclasses.dataclass
+class Variant:
+  """The trials of one variant (all seeds) in one group."""
+
+  group: str
+  label: str
+  overrides: dict
+  results: list[TrialResult]
+
+  @property
+  def finished(self) -> list[TrialResult]:
+    return [r for r in self.results if r.state == 'finished']
+
+  @property
+  def failed(self) -> list[TrialResult]:
+    return [r for r in self.results if r.state == 'failed']
+
+  def values(self, metric: str) -> list[float]:
+    values = [r.test.get(metric) for r in self.finished]
+    return [float(v) for v in values if is_number(v)]
+
+  def stat(self, metric: str) -> tuple[float, float | None] | None:
+    """(mean, sample std or None for one seed) of the finished seeds; None when absent."""
+    return mean_std(self.values(metric))
+
+  def wall_times(self) -> list[float]:
+    return [r.status['wall_s'] for r in self.finished if is_number(r.status.get('wall_s'))]
+
+
+def is_number(value) -> bool:
+  return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def mean_std(values) -> tuple[float, float | None] | None:
+  values = list(values)
+  if not values:
+    return None
+  return float(np.mean(values)), (float(np.std(values, ddof=1)) if len(values) > 1 else None)
+
+
+def read_jsonl(path: str) -> list[dict]:
+  if not os.path.isfile(path):
+    return []
+  rows = []
+  with open(path, errors='replace') as f:
+    for line in f:
+      try:
+        rows.append(json.loads(line))
+      except json.JSONDecodeError:
+        continue  # a line cut by an interruption
+  return rows
+
+
+def read_trial(workdir: str, trial: Trial) -> TrialResult:
+  directory = sweep_runner.trial_dir(workdir, trial)
+  state = sweep_runner.trial_state(directory)
+  final = None
+  if state == 'finished':
+    with open(os.path.join(directory, sweep_runner.FINAL_FILE)) as f:
+      final = json.load(f)
+  # A resumed run logs some steps twice; the last entry per (step, split) wins.
+  events = {
+    (e.get('step'), e.get('split')): e
+    for e in read_jsonl(os.path.join(directory, 'metrics.jsonl'))
+  }
+  rows = read_jsonl(os.path.join(directory, PREDICTIONS))
+  predictions = {int(r['index']): bool(r['correct']) for r in rows} if rows else None
+  return TrialResult(
+    trial,
+    directory,
+    state,
+    sweep_runner.read_status(directory),
+    final,
+    sorted(events.values(), key=lambda e: e.get('step', 0)),
+    predictions,
+  )
+
+
+def collect(workdir: str) -> tuple[dict, dict[str, list[Variant]]]:
+  """The manifest and, per group (config file), its variants in sweep order."""
+  manifest, trials = trials_lib.read_manifest(workdir)
+  short = trials_lib.short_keys(sorted({k for t in trials for k in t.variant}))
+  groups: dict[str, dict[str, Variant]] = {}
+  for trial in trials:
+    overrides = trial.variant
+    label = (
+      ', '.join(f'{short[k]}={trials_lib.format_value(v)}' for k, v in overrides.items()) or 'base'
+    )
+    variants = groups.setdefault(trial.config, {})
+    if label not in variants:
+      variants[label] = Variant(trial.config, label, overrides, [])
+    variants[label].results.append(read_trial(workdir, trial))
+  return manifest, {g: list(v.values()) for g, v in groups.items()}
+
+
+def _fmt(stat, digits: int = 3) -> str:
+  if stat is None:
+    return '–'
+  mean, std = stat
+  return f'{mean:.{digits}f}' + (f' ± {std:.{digits}f}' if std is not None else '')
+
+
+def _fmt_p(p: float) -> str:
+  return f'<{1 / BOOTSTRAP_SAMPLES:.4f}' if p == 0 else f'{p:.3f}'
+
+
+def _columns(variants: list[Variant], metric: str) -> list[str]:
+  present = lambda m: any(v.values(m) for v in variants)
+  extras = [m for m in EXTRA_METRICS + ATTENTION_METRICS if m != metric and present(m)]
+  return [metric] + extras
+
+
+def group_table(variants: list[Variant], metric: str, best, tests) -> list[str]:
+  columns = _columns(variants, metric)
+  head = [
+    'variant',
+    'seeds',
+    columns[0],
+    'Δ vs best [95% CI]',
+    'p',
+    *columns[1:],
+    'params',
+    'tokens/s',
+    'wall/trial',
+  ]
+  lines = ['| ' + ' | '.join(head) + ' |', '|' + '---|' * len(head)]
+  for v in variants:
+    seeds = f'{len(v.finished)}/{len(v.results)}'
+    if v.failed:
+      seeds += f' ({len(v.failed)} failed)'
+    cells = [v.label, seeds, _fmt(v.stat(columns[0]))]
+    if v is best:
+      cells += ['best', '']
+    elif v.label in tests:
+      t = tests[v.label]
+      cells += [
+        f'{t["delta"]:+.3f} [{t["ci_low"]:+.3f}, {t["ci_high"]:+.3f}]',
+        _fmt_p(t['p_value']),
+      ]
+    else:
+      cells += ['–', '']
+    cells += [_fmt(v.stat(m)) for m in columns[1:]]
+    params = sorted(
+      {
+        int(r.final['num_params'])
+        for r in v.finished
+        if is_number((r.final or {}).get('num_params'))
+      }
+    )
+    rates = [r.tokens_per_sec for r in v.finished if r.tokens_per_sec is not None]
+    walls = v.wall_times()
+    cells += [
+      '/'.join(f'{p:,}' for p in params) or '–',
+      f'{np.mean(rates):,.0f}' if rates else '–',
+      sweep_runner.duration(float(np.mean(walls))) if walls else '–',
+    ]
+    if not v.finished:
+      cells[2] = 'failed' if v.failed else 'not run'
+    lines.append('| ' + ' | '.join(cells) + ' |')
+  return lines
+
+
+def markdown(
+  manifest: dict, groups: dict[str, list[Variant]], metric: str, plots: dict[str, dict[str, str]]
+) -> str:
+  results = [r for vs in groups.values() for v in vs for r in v.results]
+  counts = {s: sum(r.state == s for r in results) for s in ('finished', 'failed')}
+  unfinished = len(results) - counts['finished'] - counts['failed']
+  lines = [
+    f'# {manifest["name"]}',
+    '',
+    f'`python -m attnlab.sweep {manifest["experiment"]} --workdir=DIR`: '
+    f'{len(results)} trials, {counts["finished"]} finished, {counts["failed"]} failed, '
+    f'{unfinished} not finished.',
+    '',
+    'Test split. Metrics: mean ± std over finished seeds. Δ: exact-match accuracy minus '
+    "the best variant's, with a 95% interval and two-sided p-value from a paired "
+    f'bootstrap ({BOOTSTRAP_SAMPLES} resamples of test examples, paired by seed and '
+    'example).',
+  ]
+  for group, variants in groups.items():
+    ranked_by = primary_metric(variants, metric)
+    best = rank(variants, ranked_by)
+    tests = significance(variants, best)
+    order = 'lower' if ranked_by in LOWER_IS_BETTER else 'higher'
+    lines += ['', f'## {group}', '', f'Best by test {ranked_by} ({order} is better).', '']
+    lines += group_table(variants, ranked_by, best, tests)
+    missing = [r.trial.name for v in variants for r in v.finished if r.predictions is None]
+    if missing:
+      lines += [
+        '',
+        f'No {PREDICTIONS} in {len(missing)} finished trial(s): no significance test for them.',
+      ]
+    for kind, path in plots.get(group, {}).items():
+      lines += ['', f'![{kind}]({path})']
+  failed = [r for r in results if r.state == 'failed']
+  if failed:
+    lines += ['', '## Failed trials', '']
+    lines += [f'- `{r.trial.name}`: {r.status.get("error") or "unknown error"}' for r in failed]
+  others = [r for r in results if r.state not in ('finished', 'failed')]
+  if others:
+    lines += ['', '## Not finished', '']
+    lines += [f'- `{r.trial.name}`: {r.state}' for r in others]
+  return '\n'.join(lines) + '\n'
+
+
+def csv_text(groups: dict[str, list[Variant]], metric: str) -> str:
+  """One row per variant: every scalar test metric's mean and std, cost, significance."""
+  variants = [v for vs in groups.values() for v in vs]
+  names = sorted(
+    {k for v in variants for r in v.finished for k, x in r.test.items() if is_number(x)}
+  )
+  head = ['group', 'variant', 'ranked_by', 'seeds_finished', 'seeds_failed']
+  head += [f'{m}_{s}' for m in names for s in ('mean', 'std')]
+  head += [
+    'num_params',
+    'tokens_per_sec',
+    'wall_s',
+    'delta_vs_best',
+    'ci_low',
+    'ci_high',
+    'p_value',
+  ]
+  out = io.StringIO()
+  writer = csv.writer(out, lineterminator='\n')
+  writer.writerow(head)
+  num = lambda x: '' if x is None else f'{x:.6g}'
+  for group, vs in groups.items():
+    ranked_by = primary_metric(vs, metric)
+    tests = significance(vs, rank(vs, ranked_by))
+    for v in vs:
+      row = [group, v.label, ranked_by, len(v.finished), len(v.failed)]
+      for m in names:
+        stat = v.stat(m)
+        row += [num(stat[0]), num(stat[1])] if stat else ['', '']
+      params = [r.final['num_params'] for r in v.finished if 'num_params' in r.final]
+      rates = [r.tokens_per_sec for r in v.finished if r.tokens_per_sec is not None]
+      walls = v.wall_times()
+      row += [
+        num(float(np.mean(params))) if params else '',
+        num(float(np.mean(rates))) if rates else '',
+        num(float(np.mean(walls))) if walls else '',
+      ]
+      t = tests.get(v.label, {})
+      row += [num(t.get(k)) for k in ('delta', 'ci_low', 'ci_high', 'p_value')]
+      writer.writerow(row)
+  return out.getvalue()
+
+
+def write_report(workdir: str, metric: str = 'auto', *, plots: bool = True) -> str:
+  """Writes results.md, results.csv and plots/ into `workdir`; returns the results.md path."""
+  manifest, groups = collect(workdir)
+  written = {}
+  if plots:
+    for group, variants in groups.items():
+      written[group] = report_plots.plot_group(
+        workdir, group, variants, primary_metric(variants, metric)
+      )
+  with open(os.path.join(workdir, 'results.csv'), 'w') as f:
+    f.write(csv_text(groups, metric))
+  path = os.path.join(workdir, 'results.md')
+  with open(path, 'w') as f:
+    f.write(markdown(manifest, groups, metric, written))
+  return path
+
+
+def main(argv):
+  if len(argv) != 2:
+    raise app.UsageError('usage: python -m attnlab.report DIR [--metric=auto]')
+  try:
+    print(write_report(argv[1], _METRIC.value))
+  except trials_lib.SweepError as e:
+    sys.exit(f'error: {e}')
+
+
+if __name__ == '__main__':
+  app.run(main)

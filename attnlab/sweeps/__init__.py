@@ -1,0 +1,2 @@
+"""Sweeps: experiment files -> trials (trials.py), run locally or on SLURM (runner.py), and the
+`python -m attnlab.sweep` command (command.py)."""

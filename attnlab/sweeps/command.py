@@ -1,0 +1,207 @@
+"""Run an experiment file as a sweep of trials, locally or as a SLURM job array.
+
+    python -m attnlab.sweep experiments/score_timing.py --workdir=runs/score_timing \
+        [--parallel=2] [--dry_run] [--backend=local|slurm] [--submit]
+
+Each trial (attnlab/trials.py) runs `python -m attnlab.main` in its own process and directory
+DIR/NAME, so a crash cannot take the sweep down. Every trial's config is checked first; one
+that does not build is recorded as failed and the rest run. Rerunning the command skips
+finished trials (final_metrics.json present) and continues the others from their checkpoints
+(an interrupted sweep resumes). A failed trial keeps its error in DIR/NAME/sweep_status.json
+and its output in DIR/NAME/sweep_log.txt. DIR/sweep.json lists the trials. At the end the
+report is written (`python -m attnlab.report DIR`; skip with --noreport).
+
+--backend=slurm writes DIR/slurm_commands.txt, one line per unfinished trial (each runs this
+module with --trial=NAME), and prints the `sbatch` command of launch/slurm_sweep.sh that runs
+them as one job array; --submit submits it, with --sbatch_args (e.g. '--partition=gpu
+--time=2:00:00'); --parallel caps the trials running at once.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+
+from absl import app, flags
+
+from attnlab.sweeps import runner as sweep_runner
+from attnlab.sweeps import trials as trials_lib
+from attnlab.sweeps.trials import SweepError
+
+_WORKDIR = flags.DEFINE_string('workdir', None, 'Sweep directory: one subdirectory per trial.')
+_PARALLEL = flags.DEFINE_integer(
+  'parallel', 0, 'Trials at once (local: default 1; slurm: default no limit).'
+)
+_DRY_RUN = flags.DEFINE_bool('dry_run', False, 'List the trials and their state; run nothing.')
+_BACKEND = flags.DEFINE_enum('backend', 'local', ['local', 'slurm'], 'Where trials run.')
+_SUBMIT = flags.DEFINE_bool('submit', False, 'slurm: submit the job array.')
+_SBATCH_ARGS = flags.DEFINE_string('sbatch_args', '', 'slurm: extra sbatch options.')
+_TRIAL = flags.DEFINE_string('trial', None, 'Run only this trial (name); used by slurm tasks.')
+_REPORT = flags.DEFINE_bool('report', True, 'Write the report when the trials are done.')
+_PROGRESS_EVERY = flags.DEFINE_float('progress_every', 30.0, 'Seconds between progress lines.')
+
+
+def _print(line: str = '', out=None) -> None:
+  print(line, file=out or sys.stdout, flush=True)
+
+
+def describe(experiment, selected, workdir, states, configs, errors, out=None) -> None:
+  """The dry-run listing: one line per trial with its state and number of steps."""
+  fixed = ', '.join(f'{k}={trials_lib.format_value(v)}' for k, v in experiment.fixed.items())
+  _print(
+    f'{experiment.path}: {len(selected)} trials from {experiment.base}'
+    + (f' with {fixed}' if fixed else ''),
+    out,
+  )
+  _print(
+    f'each runs: {sys.executable} -m attnlab.main --config=CONFIG '
+    f'--workdir={os.path.join(workdir, "NAME")} --config.KEY=VALUE ...',
+    out,
+  )
+  _print(f'  {"#":>3}  {"state":<11} {"steps":>6}  name', out)
+  for trial in selected:
+    i = experiment.trials.index(trial)
+    if trial.name in errors:
+      _print(f'  {i:>3}  {"INVALID":<11} {"":>6}  {trial.name}: {errors[trial.name]}', out)
+      continue
+    steps = configs[trial.name].train.num_steps
+    _print(f'  {i:>3}  {states[trial.name]:<11} {steps:>6}  {trial.name}', out)
+  example = selected[0]
+  _print(f'first command: {shlex.join(example.command(os.path.join(workdir, example.name)))}', out)
+
+
+def prepare_data(configs: dict, todo, out=None) -> None:
+  """Prepares each distinct dataset once before trials run side by side.
+
+  Real tasks write their TFDS files on first use; two trials doing that at once would race on
+  the same directory. Synthetic tasks cost nothing here (their splits are built lazily).
+  """
+  from attnlab import data  # grain/TFDS only when trials are about to run
+
+  seen = set()
+  for trial in todo:
+    config = configs[trial.name]
+    key = (config.task.to_json(), config.seed)
+    if key in seen:
+      continue
+    seen.add(key)
+    try:
+      data.load_task(config)
+    except Exception as e:  # noqa: BLE001 - the trial itself reports the error in full
+      _print(f'warning: preparing data for {trial.name} failed: {type(e).__name__}: {e}', out)
+
+
+def run_sweep(
+  experiment_path: str,
+  workdir: str,
+  *,
+  parallel: int = 1,
+  dry_run: bool = False,
+  backend: str = 'local',
+  submit: bool = False,
+  sbatch_args: str = '',
+  only: str | None = None,
+  report: bool = True,
+  progress_every: float = 30.0,
+  out=None,
+) -> int:
+  """Runs (or lists) the sweep; returns the exit code: 0 when every trial finished."""
+  experiment = trials_lib.load_experiment(experiment_path)
+  trials = list(experiment.trials)
+  if only is not None:
+    trials = [t for t in trials if t.name == only]
+    if not trials:
+      raise SweepError(f'{experiment_path} has no trial {only!r}; --dry_run lists them')
+  configs, errors = trials_lib.check_trials(trials)
+  dirs = {t.name: sweep_runner.trial_dir(workdir, t) for t in trials}
+  states = {t.name: sweep_runner.trial_state(dirs[t.name]) for t in trials}
+  if dry_run:
+    describe(experiment, trials, workdir, states, configs, errors, out)
+    return 1 if errors else 0
+  for trial in trials:
+    sweep_runner.check_same_trial(dirs[trial.name], trial)
+  if only is None:
+    trials_lib.write_manifest(workdir, experiment, backend)
+  todo = [t for t in trials if states[t.name] != 'finished' and t.name not in errors]
+  skipped = sum(state == 'finished' for state in states.values())
+  _print(
+    f'{experiment.name}: {len(trials)} trials, {skipped} finished (skipped), {len(todo)} to '
+    f'run, {len(errors)} invalid -> {workdir}',
+    out,
+  )
+  steps = {name: config.train.num_steps for name, config in configs.items()}
+  runner = sweep_runner.LocalRunner(
+    workdir, steps, parallel=max(parallel, 1), progress_every=progress_every, out=out or sys.stdout
+  )
+  for trial in trials:
+    if trial.name in errors:
+      runner.record_invalid(trial, errors[trial.name])
+  if todo and (parallel > 1 or backend == 'slurm'):
+    prepare_data(configs, todo, out)
+  if backend == 'slurm':
+    if not todo:
+      _print('nothing to submit: every valid trial is finished', out)
+      return 1 if errors else 0
+    commands = sweep_runner.write_slurm_commands(experiment_path, workdir, todo)
+    command, env = sweep_runner.slurm_submission(
+      commands,
+      shlex.split(sbatch_args),
+      parallel=parallel,
+      job_name=f'attnlab-{experiment.name}',
+      dry_run=not submit,
+    )
+    _print(f'wrote {commands} ({len(todo)} trials)', out)
+    done = subprocess.run(command, env=env, capture_output=True, text=True)
+    if done.returncode:
+      raise SweepError(f'{shlex.join(command)} failed: {done.stderr.strip()}')
+    if submit:
+      _print(f'submitted job {done.stdout.strip()}', out)
+    else:
+      _print(f'not submitted (add --submit); it would run:\n{done.stdout.strip()}', out)
+    return 0
+  final = runner.run(todo)
+  failed = len(errors) + sum(state != 'finished' for state in final.values())
+  if report and only is None:
+    from attnlab.reporting import (
+      sweep_report as report_lib,  # matplotlib only when a report is written
+    )
+
+    _print(f'report: {report_lib.write_report(workdir)}', out)
+  return 1 if failed else 0
+
+
+def _interrupt(signum, frame):
+  raise KeyboardInterrupt  # stop and record running trials as on Ctrl-C (e.g. on scancel)
+
+
+def main(argv):
+  signal.signal(signal.SIGTERM, _interrupt)
+  if len(argv) != 2:
+    raise app.UsageError('usage: python -m attnlab.sweep experiments/<name>.py --workdir=DIR')
+  if not _WORKDIR.value:
+    raise app.UsageError('--workdir is required')
+  try:
+    code = run_sweep(
+      argv[1],
+      _WORKDIR.value,
+      parallel=_PARALLEL.value,
+      dry_run=_DRY_RUN.value,
+      backend=_BACKEND.value,
+      submit=_SUBMIT.value,
+      sbatch_args=_SBATCH_ARGS.value,
+      only=_TRIAL.value,
+      report=_REPORT.value,
+      progress_every=_PROGRESS_EVERY.value,
+    )
+  except SweepError as e:
+    sys.exit(f'error: {e}')
+  except KeyboardInterrupt:
+    sys.exit('interrupted: rerun the same command to resume')
+  sys.exit(code)
+
+
+if __name__ == '__main__':
+  app.run(main)
