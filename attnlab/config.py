@@ -1,8 +1,9 @@
-"""Typed, validated views of the ml-collections config (defaults: configs/base.py).
+"""Typed, validated views of the ml-collections config.
 
-Each config group maps one-to-one onto a frozen dataclass. `parse(config)` checks every group
-before anything is compiled: an unknown key or a value outside its choices raises
-`ConfigError` naming the dotted key and the valid choices.
+Each config group maps one-to-one onto a frozen dataclass. The dataclasses have no defaults:
+every default lives in configs/base.py, so a key missing from a config is an error naming it.
+`parse(config)` checks every group before anything is compiled: an unknown key or a value
+outside its choices raises `ConfigError` naming the dotted key and the valid choices.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def _check_positive(key: str, value: Any, allow_zero: bool = False) -> None:
 
 
 def from_group(cls, group: Mapping[str, Any], prefix: str):
-  """Builds dataclass `cls` from a config group; unknown or missing keys name the dotted key."""
+  """Builds dataclass `cls` from a config group; an unknown or missing key names the dotted key."""
   values = dict(group.items()) if hasattr(group, 'items') else dict(group)
   fields = {f.name: f for f in dataclasses.fields(cls)}
   join = lambda name: f'{prefix}.{name}' if prefix else name
@@ -43,11 +44,9 @@ def from_group(cls, group: Mapping[str, Any], prefix: str):
     raise ConfigError(f'unknown config key {join(unknown[0])}; {where} '
                       f'{", ".join(sorted(fields))}')
   kwargs = {}
-  for name, field in fields.items():
-    if name not in values:
-      if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
-        raise ConfigError(f'missing config key {join(name)}')
-      continue
+  for name in fields:
+    if name not in values:  # every default lives in configs/base.py, nowhere else
+      raise ConfigError(f'missing config key {join(name)}; configs/base.py defines every key')
     value = values[name]
     nested = getattr(cls, '_nested', {}).get(name)
     if nested is not None:
@@ -67,13 +66,13 @@ WINDOWS = ('global', 'local_m', 'local_p')
 
 @dataclasses.dataclass(frozen=True)
 class AttentionConfig:
-  score: str = 'general'
-  timing: str = 'luong'
-  input_feeding: bool = True
-  window: str = 'global'
-  window_radius: int = 10
-  num_heads: int = 1
-  max_source_length: int = 0
+  score: str
+  timing: str
+  input_feeding: bool
+  window: str
+  window_radius: int
+  num_heads: int
+  max_source_length: int
 
   def validate(self, prefix: str = 'model.attention') -> None:
     check_choice(f'{prefix}.score', self.score, SCORES)
@@ -101,10 +100,10 @@ class AttentionConfig:
 
 @dataclasses.dataclass(frozen=True)
 class TransformerConfig:
-  num_heads: int = 4
-  mlp_dim: int = 512
-  norm: str = 'pre'
-  max_length: int = 512
+  num_heads: int
+  mlp_dim: int
+  norm: str
+  max_length: int
 
   def validate(self, prefix: str = 'model.transformer') -> None:
     _check_positive(f'{prefix}.num_heads', self.num_heads)
@@ -115,18 +114,18 @@ class TransformerConfig:
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
-  kind: str = 'rnn'
-  embed_dim: int = 64
-  hidden_size: int = 128
-  encoder_layers: int = 1
-  decoder_layers: int = 1
-  dropout: float = 0.1
-  dtype: str = 'float32'
-  cell: str = 'lstm'
-  bidirectional: bool = True
-  bridge: str = 'dense'
-  attention: AttentionConfig = dataclasses.field(default_factory=AttentionConfig)
-  transformer: TransformerConfig = dataclasses.field(default_factory=TransformerConfig)
+  kind: str
+  embed_dim: int
+  hidden_size: int
+  encoder_layers: int
+  decoder_layers: int
+  dropout: float
+  dtype: str
+  cell: str
+  bidirectional: bool
+  bridge: str
+  attention: AttentionConfig
+  transformer: TransformerConfig
 
   _nested = {'attention': AttentionConfig, 'transformer': TransformerConfig}
 
@@ -159,22 +158,22 @@ class ModelConfig:
 
 @dataclasses.dataclass(frozen=True)
 class TaskConfig:
-  name: str = 'reverse'
-  vocab_size: int = 20
-  train_lengths: tuple = (5, 20)
-  eval_lengths: tuple = (5, 20)
-  num_train_examples: int = 100_000
-  num_eval_examples: int = 500
-  data_dir: str = ''
-  keep_stress: bool = False
-  train_files: tuple = ()
-  eval_files: tuple = ()
-  test_files: tuple = ()
-  tokenizer: str = 'char'
-  text_vocab_size: int = 8000
-  max_chars: int = 1000
-  source_language: str = 'de'
-  target_language: str = 'en'
+  name: str
+  vocab_size: int
+  train_lengths: tuple
+  eval_lengths: tuple
+  num_train_examples: int
+  num_eval_examples: int
+  data_dir: str
+  keep_stress: bool
+  train_files: tuple
+  eval_files: tuple
+  test_files: tuple
+  tokenizer: str
+  text_vocab_size: int
+  max_chars: int
+  source_language: str
+  target_language: str
 
   def validate(self, prefix: str = 'task') -> None:
     for key in ('train_lengths', 'eval_lengths'):
@@ -198,12 +197,12 @@ class TaskConfig:
 
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
-  global_batch_size: int = 64
-  max_source_length: int = 32
-  max_target_length: int = 32
-  bucket_size: int = 8
-  shuffle_buffer_epochs: bool = True
-  prefetch: int = 2
+  global_batch_size: int
+  max_source_length: int
+  max_target_length: int
+  bucket_size: int
+  shuffle_buffer_epochs: bool
+  prefetch: int
 
   def validate(self, prefix: str = 'data') -> None:
     for key in ('global_batch_size', 'max_source_length', 'max_target_length', 'bucket_size'):
@@ -217,16 +216,16 @@ SCHEDULES = ('constant', 'cosine', 'linear', 'rsqrt')
 
 @dataclasses.dataclass(frozen=True)
 class OptimConfig:
-  name: str = 'adam'
-  learning_rate: float = 3e-3
-  warmup_steps: int = 100
-  schedule: str = 'cosine'
-  end_lr_fraction: float = 0.05
-  weight_decay: float = 0.0
-  b1: float = 0.9
-  b2: float = 0.98
-  eps: float = 1e-9
-  clip_norm: float = 1.0
+  name: str
+  learning_rate: float
+  warmup_steps: int
+  schedule: str
+  end_lr_fraction: float
+  weight_decay: float
+  b1: float
+  b2: float
+  eps: float
+  clip_norm: float
 
   def validate(self, prefix: str = 'optim') -> None:
     check_choice(f'{prefix}.name', self.name, OPTIMIZERS)
@@ -240,12 +239,12 @@ class OptimConfig:
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
-  num_steps: int = 2000
-  label_smoothing: float = 0.0
-  log_every: int = 50
-  eval_every: int = 500
-  checkpoint_every: int = 500
-  keep_checkpoints: int = 3
+  num_steps: int
+  label_smoothing: float
+  log_every: int
+  eval_every: int
+  checkpoint_every: int
+  keep_checkpoints: int
 
   def validate(self, prefix: str = 'train') -> None:
     for key in ('num_steps', 'log_every', 'eval_every', 'checkpoint_every', 'keep_checkpoints'):
@@ -256,14 +255,14 @@ class TrainConfig:
 
 @dataclasses.dataclass(frozen=True)
 class EvalConfig:
-  search: str = 'greedy'
-  beam_size: int = 5
-  length_penalty: float = 0.6
-  max_decode_length: int = 0
-  max_examples: int = 0
-  num_heatmaps: int = 4
-  num_samples: int = 16
-  splits: tuple = ('eval',)
+  search: str
+  beam_size: int
+  length_penalty: float
+  max_decode_length: int
+  max_examples: int
+  num_heatmaps: int
+  num_samples: int
+  splits: tuple
 
   def validate(self, prefix: str = 'eval') -> None:
     check_choice(f'{prefix}.search', self.search, ('greedy', 'beam'))
@@ -276,8 +275,8 @@ class EvalConfig:
 
 @dataclasses.dataclass(frozen=True)
 class ParallelConfig:
-  mode: str = 'pmap'
-  num_devices: int = 0
+  mode: str
+  num_devices: int
 
   def validate(self, prefix: str = 'parallel') -> None:
     check_choice(f'{prefix}.mode', self.mode, ('pmap', 'shard_map'))
@@ -288,14 +287,14 @@ class ParallelConfig:
 class RunConfig:
   """The whole validated config; `parse` builds it from the ConfigDict."""
 
-  seed: int = 0
-  task: TaskConfig = dataclasses.field(default_factory=TaskConfig)
-  data: DataConfig = dataclasses.field(default_factory=DataConfig)
-  model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
-  optim: OptimConfig = dataclasses.field(default_factory=OptimConfig)
-  train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
-  eval: EvalConfig = dataclasses.field(default_factory=EvalConfig)
-  parallel: ParallelConfig = dataclasses.field(default_factory=ParallelConfig)
+  seed: int
+  task: TaskConfig
+  data: DataConfig
+  model: ModelConfig
+  optim: OptimConfig
+  train: TrainConfig
+  eval: EvalConfig
+  parallel: ParallelConfig
 
   _nested = {'task': TaskConfig, 'data': DataConfig, 'model': ModelConfig,
              'optim': OptimConfig, 'train': TrainConfig, 'eval': EvalConfig,

@@ -9,3 +9,17 @@ os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 import jax  # noqa: E402
 
 jax.config.update('jax_numpy_rank_promotion', 'raise')
+
+
+def model_config(*, attention=None, transformer=None, **fields):
+  """The validated `model` group of configs/base.py with `fields` (and the nested `attention` /
+  `transformer` keys) replaced: the one way tests build a ModelConfig, so defaults stay in
+  configs/base.py."""
+  from attnlab import config as config_lib
+  from configs import base
+
+  group = base.get_config().model
+  group.update(fields)
+  group.attention.update(attention or {})
+  group.transformer.update(transformer or {})
+  return config_lib.from_group(config_lib.ModelConfig, group, 'model')

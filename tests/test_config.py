@@ -96,3 +96,27 @@ def test_unknown_key_is_named():
   c.model.attention.scroe = 'dot'
   with pytest.raises(config_lib.ConfigError, match='unknown config key model.attention.scroe'):
     config_lib.parse(c)
+
+
+@pytest.mark.parametrize('group,key', [('model.attention', 'window'), ('optim', 'b2'), ('', 'seed')])
+def test_missing_key_is_named_not_filled(group, key):
+  """configs/base.py is the one home of defaults: the typed views never fill a missing key."""
+  c = base.get_config().to_dict()
+  node = c
+  for part in filter(None, group.split('.')):
+    node = node[part]
+  del node[key]
+  dotted = f'{group}.{key}' if group else key
+  with pytest.raises(config_lib.ConfigError, match=f'missing config key {dotted};'):
+    config_lib.parse(c)
+
+
+def test_typed_views_have_no_defaults():
+  import dataclasses
+
+  for cls in (config_lib.RunConfig, config_lib.ModelConfig, config_lib.AttentionConfig,
+              config_lib.OptimConfig, config_lib.TrainConfig, config_lib.EvalConfig):
+    defaults = [f.name for f in dataclasses.fields(cls)
+                if f.default is not dataclasses.MISSING
+                or f.default_factory is not dataclasses.MISSING]
+    assert not defaults, (cls.__name__, defaults)

@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import model_config
 
 from attnlab.config import ModelConfig
 from attnlab.models.encoder import Bridge, RNNEncoder
@@ -19,9 +20,7 @@ SRC = np.array([[4, 5, 6, 7, 2], [8, 9, 2, 0, 0], [2, 0, 0, 0, 0]], np.int32)
 def make_config(**overrides) -> ModelConfig:
   fields = dict(hidden_size=H, embed_dim=E, encoder_layers=2, dropout=0.0)
   fields.update(overrides)
-  config = ModelConfig(**fields)
-  config.validate()
-  return config
+  return model_config(**fields)
 
 
 def hidden(carry):

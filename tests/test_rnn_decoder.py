@@ -13,8 +13,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import model_config
 
-from attnlab.config import AttentionConfig, ModelConfig
+from attnlab.config import ModelConfig
 from attnlab.models.seq2seq import Seq2Seq
 
 H, E, V = 8, 6, 11
@@ -25,7 +26,7 @@ PAD_BxS = SRC == 0
 
 
 def make_config(cell='lstm', decoder_layers=1, dropout=0.0, dtype='float32', **attention):
-  config = ModelConfig(
+  return model_config(
     hidden_size=H,
     embed_dim=E,
     encoder_layers=1,
@@ -33,10 +34,8 @@ def make_config(cell='lstm', decoder_layers=1, dropout=0.0, dtype='float32', **a
     dropout=dropout,
     dtype=dtype,
     cell=cell,
-    attention=AttentionConfig(**attention),
+    attention=attention,
   )
-  config.validate()
-  return config
 
 
 @functools.cache

@@ -13,9 +13,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import model_config
 
 from attnlab import search
-from attnlab.config import ModelConfig, TransformerConfig
 from attnlab.models import BOS_ID, EOS_ID, PAD_ID
 from attnlab.models.seq2seq import Seq2Seq
 from attnlab.models.transformer import Transformer
@@ -261,12 +261,12 @@ def _model_search(model, variables, src_BxS, max_length):
 def _tiny_model(kind):
   """A random tiny model and a seed that makes it end its rows at different steps."""
   if kind == 'transformer':
-    transformer = TransformerConfig(num_heads=2, mlp_dim=32, max_length=8)
-    config = ModelConfig(
+    transformer = dict(num_heads=2, mlp_dim=32, max_length=8)
+    config = model_config(
       kind=kind, hidden_size=16, decoder_layers=2, dropout=0.0, transformer=transformer
     )
     return Transformer(config, 9, 7), 8  # ends after 5, 5 and never
-  config = ModelConfig(kind=kind, embed_dim=8, hidden_size=16, dropout=0.0)
+  config = model_config(kind=kind, embed_dim=8, hidden_size=16, dropout=0.0)
   return Seq2Seq(config, 9, 7), 2  # ends after 2, never, never
 
 

@@ -7,8 +7,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import model_config
 
-from attnlab.config import ModelConfig, TransformerConfig
 from attnlab.models import BOS_ID, EOS_ID, PAD_ID
 from attnlab.models.transformer import Transformer, sinusoidal_positions
 
@@ -18,14 +18,14 @@ TGT_IN = jnp.array([[BOS_ID, 5, 9, 4, 12], [BOS_ID, 7, 7, EOS_ID, PAD_ID]])
 
 
 def _module(norm='pre', dtype='float32', dropout=0.0):
-  config = ModelConfig(
+  config = model_config(
     kind='transformer',
     hidden_size=H,
     encoder_layers=1,
     decoder_layers=2,
     dropout=dropout,
     dtype=dtype,
-    transformer=TransformerConfig(num_heads=2, mlp_dim=32, norm=norm, max_length=12),
+    transformer=dict(num_heads=2, mlp_dim=32, norm=norm, max_length=12),
   )
   return Transformer(config, SRC_V, TGT_V)
 
