@@ -98,7 +98,9 @@ def test_unknown_key_is_named():
     config_lib.parse(c)
 
 
-@pytest.mark.parametrize('group,key', [('model.attention', 'window'), ('optim', 'b2'), ('', 'seed')])
+@pytest.mark.parametrize(
+  'group,key', [('model.attention', 'window'), ('optim', 'b2'), ('', 'seed')]
+)
 def test_missing_key_is_named_not_filled(group, key):
   """configs/base.py is the one home of defaults: the typed views never fill a missing key."""
   c = base.get_config().to_dict()
