@@ -14,8 +14,10 @@ from typing import Any
 
 import ml_collections
 
+from attnlab.errors import UserError
 
-class ConfigError(ValueError):
+
+class ConfigError(UserError):
   """A config key or value that attnlab cannot run with."""
 
 
