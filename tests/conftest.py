@@ -23,3 +23,18 @@ def model_config(*, attention=None, transformer=None, **fields):
   group.attention.update(attention or {})
   group.transformer.update(transformer or {})
   return config_lib.from_group(config_lib.ModelConfig, group, 'model')
+
+
+def parse_command_line(args):
+  """The config that ml_collections' --config flags build from `args`, as attnlab.main does
+  (private FlagValues: absl flags are process-global)."""
+  from absl import flags
+  from ml_collections import config_flags
+
+  argv = ['main'] + [a for a in args if a.startswith('--config')]
+  values = flags.FlagValues()
+  config_flags.DEFINE_config_file(
+    'config', None, '', flag_values=values, lock_config=True, sys_argv=argv
+  )
+  values(argv)
+  return values.config

@@ -9,8 +9,7 @@ import glob
 import os
 
 import pytest
-from absl import flags
-from ml_collections import config_flags
+from conftest import parse_command_line
 
 from attnlab.sweeps import trials
 
@@ -35,21 +34,11 @@ def test_every_trial_config_is_valid(experiment):
   assert len(configs) == len(experiment.trials)
 
 
-def _command_line_config(args):
-  argv = ['main'] + [a for a in args if a.startswith('--config')]
-  values = flags.FlagValues()
-  config_flags.DEFINE_config_file(
-    'config', None, '', flag_values=values, lock_config=True, sys_argv=argv
-  )
-  values(argv)
-  return values.config
-
-
 def test_command_lines_build_the_checked_configs(experiment):
   for trial in experiment.trials:
     command = trial.command(os.path.join('runs', trial.name))
     assert command[1:3] == ['-m', 'attnlab.main']
-    assert _command_line_config(command).to_dict() == trials.trial_config(trial).to_dict(), (
+    assert parse_command_line(command).to_dict() == trials.trial_config(trial).to_dict(), (
       trial.name
     )
 

@@ -12,8 +12,7 @@ import textwrap
 import time
 
 import pytest
-from absl import flags
-from ml_collections import config_flags
+from conftest import parse_command_line
 
 from attnlab.config import ConfigError
 from attnlab.sweeps import command as sweep
@@ -28,17 +27,6 @@ def write_experiment(tmp_path, body, name='exp.py'):
   path = tmp_path / name
   path.write_text(textwrap.dedent(body))
   return str(path)
-
-
-def parse_command_line(args):
-  """The config that ml_collections' --config flags build from `args` (as attnlab.main)."""
-  argv = ['main'] + [a for a in args if a.startswith('--config')]
-  values = flags.FlagValues()
-  config_flags.DEFINE_config_file(
-    'config', None, '', flag_values=values, lock_config=True, sys_argv=argv
-  )
-  values(argv)
-  return values.config
 
 
 def test_names_are_readable_safe_and_depend_on_the_trial_alone():
