@@ -1,11 +1,15 @@
 """attend, Luong local windows and MultiHeadAttention against NumPy and independent code."""
 
+import math
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import model_config
 
+from attnlab.config import ConfigError
 from attnlab.models import attention, scoring
 
 B, T, S, H, N = 2, 4, 6, 8, 2
@@ -89,13 +93,28 @@ class _Luong(nn.Module):
     )
 
 
-def _luong_reference(q, enc, valid, centre, radius):
-  """Luong eq. 10 with 0-based slots: softmax inside the window, times the Gaussian."""
+def _luong_paper(q, enc, valid, centre, radius, gaussian):
+  """Luong et al. 2015 section 3.2, one query at a time with plain Python loops.
+
+  The window is the real source slots s with |s - p_t| <= D (0-based). Eq. 7 over the window:
+  align(h_t, h_s) = exp(h_t . h_s) / sum_{s' in window} exp(h_t . h_s'). local-m: a_t = align.
+  local-p (eq. 10): a_t(s) = align(h_t, h_s) exp(-(s - p_t)^2 / (2 sigma^2)), sigma = D / 2.
+  c_t = sum_s a_t(s) h_s. A window without a real slot gives a_t = 0 and c_t = 0.
+  """
   q, enc = np.asarray(q, np.float64), np.asarray(enc, np.float64)
-  distance = np.arange(S)[None, None, :] - centre[:, :, None]
-  keep = (np.abs(distance) <= radius) & valid[:, None, :]
-  weights = _np_softmax(q @ enc.transpose(0, 2, 1), keep)
-  weights = weights * np.exp(-(distance**2) / (2 * (radius / 2) ** 2))
+  weights = np.zeros((B, T, S))
+  for b in range(B):
+    for t in range(T):
+      p_t = float(centre[b, t])
+      window = [s for s in range(S) if valid[b, s] and abs(s - p_t) <= radius]
+      if not window:
+        continue
+      e = {s: math.exp(float(q[b, t] @ enc[b, s])) for s in window}
+      total = sum(e.values())
+      for s in window:
+        weights[b, t, s] = e[s] / total
+        if gaussian:
+          weights[b, t, s] *= math.exp(-((s - p_t) ** 2) / (2 * (radius / 2) ** 2))
   return weights @ enc, weights
 
 
@@ -111,10 +130,12 @@ def test_local_m_centres_the_window_on_the_decoder_step():
   assert not variables  # local-m has no parameters
   context, weights = model.apply(variables, q, enc, jnp.asarray(valid), positions)
   centre = np.broadcast_to(np.asarray(positions, np.float64)[None, :], (B, T))
-  want_context, want_weights = _luong_reference(q, enc, valid, centre, radius=2)
+  want_context, want_weights = _luong_paper(q, enc, valid, centre, radius=2, gaussian=False)
   np.testing.assert_allclose(weights, want_weights, rtol=1e-5, atol=1e-6)
   np.testing.assert_allclose(context, want_context, rtol=1e-5, atol=1e-5)
   assert np.all(np.asarray(weights)[1, :, 4:] == 0.0)  # padding stays masked inside windows
+  # No Gaussian: every window holds a real key here, and its weights sum to 1 (eq. 7).
+  np.testing.assert_allclose(np.asarray(weights).sum(-1), 1.0, rtol=1e-6)
 
 
 def test_local_p_predicts_the_centre_from_the_query():
@@ -125,7 +146,7 @@ def test_local_p_predicts_the_centre_from_the_query():
   p = jax.tree.map(lambda x: np.asarray(x, np.float64), variables['params']['window'])
   logit = (np.tanh(np.asarray(q, np.float64) @ p['w_p']['kernel']) @ p['v_p']['kernel'])[..., 0]
   centre = valid.sum(-1)[:, None] / (1 + np.exp(-logit))  # S_b * sigmoid(.)
-  want_context, want_weights = _luong_reference(q, enc, valid, centre, radius=1)
+  want_context, want_weights = _luong_paper(q, enc, valid, centre, radius=1, gaussian=True)
   np.testing.assert_allclose(weights, want_weights, rtol=1e-5, atol=1e-6)
   np.testing.assert_allclose(context, want_context, rtol=1e-5, atol=1e-5)
 
@@ -155,6 +176,15 @@ def test_global_window_is_plain_attend():
   want_context, want_weights = attention.attend(scores, mask, enc)
   np.testing.assert_allclose(weights, want_weights, rtol=1e-6, atol=1e-7)
   np.testing.assert_allclose(context, want_context, rtol=1e-6, atol=1e-6)
+
+
+def test_config_validation_accepts_exactly_the_window_registry():
+  for window in attention.WINDOWS:
+    assert model_config(attention={'window': window}).attention.window == window
+  with pytest.raises(ConfigError) as info:
+    model_config(attention={'window': 'local'})
+  listed = ', '.join(sorted(attention.WINDOWS))
+  assert str(info.value) == f"model.attention.window='local' is not valid; choose from {listed}"
 
 
 def test_unknown_window_lists_the_choices():

@@ -7,6 +7,7 @@ import os
 import pytest
 
 from attnlab import config as config_lib
+from attnlab.models import attention, decoder, factory, recurrent, scoring
 from configs import base
 
 CONFIG_DIR = os.path.join(os.path.dirname(__file__), '..', 'configs')
@@ -45,14 +46,17 @@ def test_defaults_parse():
   assert run.model.attention.score == 'general'
 
 
+def _choices(registry) -> str:
+  return 'choose from ' + ', '.join(sorted(registry))
+
+
 @pytest.mark.parametrize('key, value, message', [
     ('model.attention.score', 'gneral',
-     "model.attention.score='gneral' is not valid; choose from concat, dot, general, location, "
-     'scaled_dot'),
-    ('model.attention.timing', 'early', 'choose from bahdanau, luong, none'),
-    ('model.attention.window', 'local', 'choose from global, local_m, local_p'),
-    ('model.kind', 'cnn', 'choose from rnn, transformer'),
-    ('model.cell', 'rnn', 'choose from gru, lstm'),
+     "model.attention.score='gneral' is not valid; " + _choices(scoring.SCORES)),
+    ('model.attention.timing', 'early', _choices(decoder.TIMINGS)),
+    ('model.attention.window', 'local', _choices(attention.WINDOWS)),
+    ('model.kind', 'cnn', _choices(factory.MODEL_KINDS)),
+    ('model.cell', 'rnn', _choices(recurrent.CELLS)),
     ('optim.schedule', 'cosin', 'choose from constant, cosine, linear, rsqrt'),
     ('parallel.mode', 'pjit', 'choose from pmap, shard_map'),
     ('eval.search', 'sample', 'choose from beam, greedy'),

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from conftest import model_config
 
-from attnlab.config import ModelConfig
+from attnlab.config import ConfigError, ModelConfig
+from attnlab.models import encoder, recurrent
 from attnlab.models.encoder import Bridge, RNNEncoder
 
 H, E, V = 8, 6, 11
@@ -27,7 +28,7 @@ def hidden(carry):
   return carry[1] if isinstance(carry, tuple) else carry
 
 
-@pytest.mark.parametrize('cell', ['lstm', 'gru'])
+@pytest.mark.parametrize('cell', recurrent.CELLS)
 @pytest.mark.parametrize('bidirectional', [False, True])
 def test_padded_batch_equals_each_sequence_alone(cell, bidirectional):
   encoder = RNNEncoder(make_config(cell=cell, bidirectional=bidirectional), V)
@@ -91,8 +92,8 @@ def encoder_final_states(cell):
   return encoder.apply(enc_vars, SRC, train=False)[1]
 
 
-@pytest.mark.parametrize('cell', ['lstm', 'gru'])
-@pytest.mark.parametrize('bridge', ['dense', 'copy', 'zero'])
+@pytest.mark.parametrize('cell', recurrent.CELLS)
+@pytest.mark.parametrize('bridge', encoder.BRIDGES)
 def test_bridge(cell, bridge):
   config = make_config(cell=cell, bridge=bridge, decoder_layers=3)
   finals = encoder_final_states(cell)
@@ -123,3 +124,13 @@ def test_bridge(cell, bridge):
     assert set(bridge_vars['params']) == expected
   else:
     assert 'params' not in bridge_vars or not bridge_vars['params']
+
+
+@pytest.mark.parametrize('key, registry', [('cell', recurrent.CELLS), ('bridge', encoder.BRIDGES)])
+def test_config_validation_accepts_exactly_the_registry(key, registry):
+  for value in registry:
+    assert getattr(make_config(**{key: value}), key) == value
+  with pytest.raises(ConfigError) as info:
+    make_config(**{key: 'bogus'})
+  listed = ', '.join(sorted(registry))
+  assert str(info.value) == f"model.{key}='bogus' is not valid; choose from {listed}"

@@ -2,6 +2,7 @@
 
 import math
 
+import jax
 import numpy as np
 import pytest
 
@@ -171,10 +172,58 @@ def test_attention_entropy_hand_values():
   assert metrics.attention_entropy(w[:3, :4]) == pytest.approx(want)
   # Rows are renormalised: halving a row does not change its entropy.
   assert metrics.attention_entropy(w * 0.5, 4, 3) == pytest.approx(want)
-  with pytest.raises(ValueError, match='target step 0 has no weight'):
+  with pytest.raises(ValueError, match='no target step has weight on the first 3'):
     metrics.attention_entropy(np.zeros((2, 3)), 3, 2)
   with pytest.raises(ValueError, match='src_len=6, tgt_len=3 must be in 1..5 and 1..4'):
     metrics.attention_entropy(w, 6, 3)
+
+
+def test_attention_entropy_skips_steps_that_attend_nowhere():
+  # local_m past the source: steps 2 and 3 have all-zero weights and are left out of the mean.
+  w = np.array([[0.5, 0.5, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
+  assert metrics.attention_entropy(w) == pytest.approx(math.log(2) / 2)
+
+
+def test_alignment_error_rate_counts_a_step_attending_nowhere_as_a_miss():
+  # Step 1's all-zero row has argmax 0 = its gold position, but it attends nowhere: a miss.
+  w = np.array([[0.0, 1.0], [0.0, 0.0]])
+  assert metrics.alignment_error_rate(w, [1, 0]) == pytest.approx(0.5)
+
+
+def test_local_m_decoding_past_the_source_goes_through_evaluation(tmp_path):
+  """The real evaluation path (attnlab.evaluate): a local_m model that never emits EOS decodes
+  12 steps from sources of 3-4 tokens (+EOS), so its late steps see no key in the window."""
+  from attnlab import train
+  from attnlab.models import EOS_ID
+  from configs import reverse
+
+  config = reverse.get_config('smoke')
+  with config.unlocked():
+    config.parallel.num_devices = 1
+    config.task.eval_lengths = (3, 4)
+    config.task.num_eval_examples = 6
+    config.model.attention.window = 'local_m'
+    config.model.attention.window_radius = 1
+    config.eval.max_decode_length = 12
+    config.eval.num_heatmaps = 6
+  run, state, _, _ = train.setup(config, str(tmp_path))
+  run.ckpt.close()
+  params = jax.tree.map(np.array, state.params)  # host copies we may write to
+  params['decoder']['w_o']['bias'][EOS_ID] = -1e4  # never stop before max_decode_length
+  result = run.evaluator.evaluate(run.parallel.replicate(params), 'eval', step=0)
+
+  saved = np.load(tmp_path / 'attention' / 'eval_step0000000.npz')
+  entropies, empty_steps = [], 0
+  for name in saved.files:
+    if not name.startswith('weights_'):
+      continue
+    w_TxS = saved[name].astype(np.float64)
+    assert w_TxS.shape[0] == 12 and w_TxS.shape[1] <= 5
+    rows = [row / row.sum() for row in w_TxS if row.sum() > 0]
+    empty_steps += len(w_TxS) - len(rows)
+    entropies.append(np.mean([-sum(p * math.log(p) for p in row if p > 0) for row in rows]))
+  assert len(entropies) == 6 and empty_steps >= 6 * (12 - 6)  # steps t >= S_b + 1 see no key
+  assert result['attention_entropy'] == pytest.approx(np.mean(entropies), rel=1e-5)
 
 
 def test_alignment_error_rate():

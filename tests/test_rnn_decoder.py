@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 from conftest import model_config
 
-from attnlab.config import ModelConfig
+from attnlab.config import ConfigError, ModelConfig
+from attnlab.models import decoder
 from attnlab.models.seq2seq import Seq2Seq
 
 H, E, V = 8, 6, 11
@@ -229,7 +230,6 @@ def test_dropout_active_only_in_training():
   model, variables, forward, _, _, _ = build(CASES['luong_feed_general_lstm_2layers'])
   run = jax.jit(lambda key: model.apply(variables, SRC, TGT_IN, train=True, rngs={'dropout': key}))
   eval_logits = forward(SRC, TGT_IN)[0]
-  np.testing.assert_array_equal(eval_logits, forward(SRC, TGT_IN)[0])
   train_a, train_b = run(jax.random.key(1)), run(jax.random.key(2))
   np.testing.assert_array_equal(train_a, run(jax.random.key(1)))
   assert not np.allclose(train_a, eval_logits, atol=1e-4)
@@ -244,3 +244,98 @@ def test_bfloat16_compute_keeps_float32_logits_and_carry():
   memory = encode(SRC)
   _, _, carry = step(memory, TGT_IN[:, 0], init_carry(memory))
   assert all(leaf.dtype in (jnp.float32, jnp.int32) for leaf in jax.tree.leaves(carry))
+
+
+def test_location_score_on_a_batch_wider_than_its_slots():
+  # SRC is 5 wide, the location score has 3 slots: positions 3-4 (row 0's real tokens 4 and
+  # EOS among them) get exactly zero weight. With local_m (D = 1) step 4's window 3..5 holds no
+  # addressable key: an all-zero row, not a uniform one over unaddressable positions.
+  tgt_in_Bx5 = np.concatenate([TGT_IN, TGT_IN[:, -1:]], axis=1)
+  for window in ('global', 'local_m'):
+    config = make_config(score='location', max_source_length=3, window=window, window_radius=1)
+    _, _, forward, *_ = build(config)
+    logits_BxTxV, weights_BxTxS = forward(SRC, tgt_in_Bx5)
+    weights = np.asarray(weights_BxTxS)
+    assert np.all(np.isfinite(logits_BxTxV))
+    assert np.all(weights[..., 3:] == 0.0)
+    if window == 'global':
+      np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-5)
+    else:
+      assert np.all(weights[:, 4] == 0.0) and np.all(weights[0, 3, 2] == 1.0)
+
+
+def test_concat_bias_reaches_the_decoder_score():
+  # model.attention.concat_bias gives the decoder's concat score b_q (test_scoring: formula).
+  for concat_bias in (False, True):
+    config = make_config(timing='bahdanau', score='concat', input_feeding=False,
+                         concat_bias=concat_bias)
+    _, variables, *_ = build(config)
+    w_q = variables['params']['decoder']['score']['w_q']
+    assert ('bias' in w_q) == concat_bias
+
+
+def test_config_validation_accepts_exactly_the_timing_registry():
+  for timing in decoder.TIMINGS:
+    config = make_config(timing=timing, input_feeding=timing == 'luong')
+    assert config.attention.timing == timing
+  with pytest.raises(ConfigError) as info:
+    make_config(timing='early')
+  listed = ', '.join(sorted(decoder.TIMINGS))
+  assert str(info.value) == f"model.attention.timing='early' is not valid; choose from {listed}"
+
+
+WHOLE_SEQUENCE_CASES = {
+  'luong_general_lstm_2layers': make_config(decoder_layers=2, input_feeding=False),
+  'luong_concat_gru': make_config(cell='gru', score='concat', input_feeding=False),
+  'luong_local_m': make_config(window='local_m', window_radius=1, score='dot',
+                               input_feeding=False),
+  'luong_local_p': make_config(window='local_p', window_radius=1, score='location',
+                               max_source_length=7, input_feeding=False),
+  'luong_heads2': make_config(num_heads=2, score='scaled_dot', input_feeding=False),
+  'none_gru_2layers': make_config(cell='gru', decoder_layers=2, timing='none',
+                                  input_feeding=False),
+}
+
+
+@pytest.mark.parametrize('case', list(WHOLE_SEQUENCE_CASES))
+def test_whole_sequence_equals_the_step_scan_in_values_and_gradients(case):
+  # Luong without input feeding: RNN over all steps, then attention for all T at once, must be
+  # the step path exactly: logits, weights (source padding, windows, heads), final carry and
+  # every parameter's gradient.
+  config = WHOLE_SEQUENCE_CASES[case]
+  assert not decoder.rnn_reads_attention(config)  # so `unroll` takes whole_sequence
+  model, variables, *_ = build(config)
+
+  def run(params, path):
+    def fn(module, src, tgt_in):
+      memory = module.encode(src)
+      carry = module.init_decode_carry(memory, tgt_in.shape[1])
+      if path == 'whole':
+        return module.decoder.whole_sequence(carry, tgt_in, memory, train=False)
+      return decoder.unroll_steps(module.decoder, carry, tgt_in, memory, train=False)
+
+    return model.apply({'params': params}, SRC, TGT_IN, method=fn)
+
+  probe_logits = jax.random.normal(jax.random.key(7), (3, 4, V))
+  probe_attn = jax.random.normal(jax.random.key(8), (3, 4, SRC.shape[1]))
+
+  def loss(params, path):
+    carry, logits, attn = run(params, path)
+    top = decoder.top_hidden(carry['states'][-1])
+    return jnp.sum(logits * probe_logits) + jnp.sum(attn * probe_attn) + jnp.sum(top**2)
+
+  params = variables['params']
+  whole, steps = run(params, 'whole'), run(params, 'steps')
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5), whole, steps)
+  if config.attention.window == 'local_m':  # step t sees t-1..t+1 only
+    outside_TxS = np.abs(np.arange(5)[None, :] - np.arange(4)[:, None]) > 1
+    assert np.all(np.asarray(whole[2])[:, outside_TxS] == 0.0)
+  assert np.all(np.asarray(whole[2])[np.broadcast_to(PAD_BxS[:, None, :], (3, 4, 5))] == 0.0)
+  grad_whole = jax.grad(loss)(params, 'whole')
+  grad_steps = jax.grad(loss)(params, 'steps')
+  flat_whole = jax.tree_util.tree_leaves_with_path(grad_whole)
+  assert len(flat_whole) == len(jax.tree.leaves(grad_steps))
+  for (path, g_whole), g_steps in zip(flat_whole, jax.tree.leaves(grad_steps), strict=True):
+    np.testing.assert_allclose(g_whole, g_steps, atol=1e-5, rtol=1e-4,
+                               err_msg=jax.tree_util.keystr(path))
+  assert any(np.any(np.asarray(g) != 0) for g in jax.tree.leaves(grad_whole['decoder']))

@@ -1,11 +1,17 @@
 """The score registry against NumPy formulas written from DESIGN.md section 1."""
 
+import os
+import subprocess
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import model_config
 
-from attnlab.models import scoring
+from attnlab.config import ConfigError
+from attnlab.models import attention, scoring
 
 B, T, S, H = 2, 3, 5, 6
 MAX_S = 7
@@ -53,20 +59,20 @@ def test_score_matches_numpy_formula(name):
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize(
-  'name, param_shapes',
-  [
-    ('dot', {}),
-    ('scaled_dot', {}),
-    ('general', {'w_a': (H, H)}),
-    ('concat', {'w_q': (H, H), 'w_k': (H, H), 'v': (H, 1)}),
-    ('location', {'w_a': (H, MAX_S)}),
-  ],
-)
-def test_parameters_are_the_formula_matrices_without_bias(name, param_shapes):
+PARAM_SHAPES = {
+  'dot': {},
+  'scaled_dot': {},
+  'general': {'w_a': (H, H)},
+  'concat': {'w_q': (H, H), 'w_k': (H, H), 'v': (H, 1)},
+  'location': {'w_a': (H, MAX_S)},
+}
+
+
+@pytest.mark.parametrize('name', sorted(scoring.SCORES))
+def test_parameters_are_the_formula_matrices_without_bias(name):
   _, variables, _, _ = _init(name)
   params = variables.get('params', {})
-  assert {k: v['kernel'].shape for k, v in params.items()} == param_shapes
+  assert {k: v['kernel'].shape for k, v in params.items()} == PARAM_SHAPES[name]
   assert all(set(v) == {'kernel'} for v in params.values())
 
 
@@ -77,6 +83,36 @@ def test_keys_projected_once_are_reused_step_by_step(name):
   steps = [score.apply(variables, q[:, t : t + 1], keys) for t in range(T)]
   want = _reference(name, variables.get('params', {}), q, enc)
   np.testing.assert_allclose(np.concatenate(steps, axis=1), want, rtol=1e-5, atol=1e-5)
+
+
+def test_concat_bias_adds_b_q_inside_the_tanh():
+  # OpenNMT-py / Sockeye MLP attention: e_ti = v^T tanh(W_q q_t + b_q + W_k h_i).
+  score = scoring.make_score('concat', hidden_size=H, concat_bias=True)
+  q, enc = _inputs()
+  variables = score.init(jax.random.key(1), q, enc, method=_full)
+  params = jax.tree.map(lambda a: np.asarray(a, np.float64), variables['params'])
+  assert {k: set(v) for k, v in params.items()} == {
+    'w_q': {'kernel', 'bias'}, 'w_k': {'kernel'}, 'v': {'kernel'}
+  }
+  b_q = np.linspace(-1.0, 1.0, H)  # a non-zero bias (it starts at zero)
+  variables = {'params': {**variables['params'], 'w_q': {**variables['params']['w_q'],
+                                                         'bias': jnp.asarray(b_q)}}}
+  got = score.apply(variables, q, enc, method=_full)
+  q64, enc64 = np.asarray(q, np.float64), np.asarray(enc, np.float64)
+  want = np.zeros((B, T, S))
+  for b in range(B):
+    for t in range(T):
+      for i in range(S):
+        hidden = np.tanh(params['w_q']['kernel'].T @ q64[b, t] + b_q
+                         + params['w_k']['kernel'].T @ enc64[b, i])
+        want[b, t, i] = params['v']['kernel'][:, 0] @ hidden
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+  without = {'params': {**variables['params'], 'w_q': {'kernel': variables['params']['w_q']
+                                                                 ['kernel']}}}
+  plain = scoring.make_score('concat', hidden_size=H).apply(without, q, enc, method=_full)
+  assert not np.allclose(got, plain, atol=1e-3)  # the bias matters
+  with pytest.raises(ValueError, match='concat_bias applies to the concat score only'):
+    scoring.make_score('general', hidden_size=H, concat_bias=True)
 
 
 def test_general_and_concat_keys_are_the_projection():
@@ -106,16 +142,50 @@ def test_bfloat16_compute_keeps_float32_params_and_scores(name):
 def test_unknown_score_lists_the_choices():
   with pytest.raises(ValueError) as info:
     scoring.make_score('gneral', hidden_size=H)
-  assert str(info.value) == (
-    "unknown score 'gneral'; choose from concat, dot, general, location, scaled_dot"
-  )
+  listed = ', '.join(sorted(scoring.SCORES))
+  assert str(info.value) == f"unknown score 'gneral'; choose from {listed}"
 
 
-def test_location_rejects_sources_longer_than_its_slots():
-  score = scoring.make_score('location', hidden_size=H, max_source_length=S - 1)
+def test_config_validation_accepts_exactly_the_registry():
+  # model.attention.score is checked against scoring.SCORES itself, not a copy in config.py.
+  for name in scoring.SCORES:
+    config = model_config(attention={'score': name, 'max_source_length': MAX_S})
+    assert config.attention.score == name
+  with pytest.raises(ConfigError) as info:
+    model_config(attention={'score': 'gneral'})
+  listed = ', '.join(sorted(scoring.SCORES))
+  assert str(info.value) == f"model.attention.score='gneral' is not valid; choose from {listed}"
+
+
+def test_importing_the_config_module_does_not_import_jax():
+  # Sweeps and launchers read attnlab.config; the registries (and JAX) load on first validation.
+  code = 'import sys, attnlab.config; assert "jax" not in sys.modules, "jax imported"'
+  subprocess.run([sys.executable, '-c', code], check=True, cwd=os.path.dirname(__file__))
+
+
+def test_location_masks_positions_beyond_its_slots():
+  # An eval batch wider than max_source_length: slots 0..2 exist, positions 3 and 4 do not.
+  # Row 1 has 4 real tokens, so its position 3 is a real token beyond what the score can
+  # address; row 0's positions 3-4 are real too. Both get exactly zero weight.
+  slots = S - 2
+  score = scoring.make_score('location', hidden_size=H, max_source_length=slots)
   q, enc = _inputs()
-  with pytest.raises(ValueError, match=r'max_source_length.*S=5'):
-    score.init(jax.random.key(0), q, enc, method=_full)
+  variables = score.init(jax.random.key(1), q, enc, method=_full)
+  valid_BxS = np.arange(S)[None, :] < np.array([[S], [4]])
+  assert score.apply(variables, q, enc, method=_full).shape == (B, T, S)
+  np.testing.assert_array_equal(score.addressable_keys(S), np.arange(S) < slots)
+
+  def step(module, q, enc, mask):
+    return attention.attention_step(module, None, q, module.project_keys(enc), enc, mask)
+
+  context, weights = score.apply(variables, q, enc, jnp.asarray(valid_BxS), method=step)
+  # By hand: softmax of (q W_a) over the 3 slots (all real in both rows), zeros after them.
+  e = np.asarray(q, np.float64) @ np.asarray(variables['params']['w_a']['kernel'], np.float64)
+  a = np.exp(e - e.max(-1, keepdims=True))
+  want = np.concatenate([a / a.sum(-1, keepdims=True), np.zeros((B, T, S - slots))], axis=-1)
+  np.testing.assert_allclose(weights, want, rtol=1e-5, atol=1e-6)
+  assert np.all(np.asarray(weights)[..., slots:] == 0.0)
+  np.testing.assert_allclose(context, want @ np.asarray(enc, np.float64), rtol=1e-5, atol=1e-5)
 
 
 def test_location_needs_a_maximum_length():

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from conftest import model_config
 
-from attnlab.models import BOS_ID, EOS_ID, PAD_ID
+from attnlab.config import ConfigError
+from attnlab.models import BOS_ID, EOS_ID, PAD_ID, factory, transformer
 from attnlab.models.transformer import Transformer, sinusoidal_positions
 
 SRC_V, TGT_V, H = 11, 13, 16
@@ -71,7 +72,7 @@ def test_sinusoidal_positions_match_vaswani_formula():
     sinusoidal_positions(4, 5)
 
 
-@pytest.mark.parametrize('norm', ['pre', 'post'])
+@pytest.mark.parametrize('norm', transformer.NORMS)
 def test_cached_decode_steps_equal_teacher_forcing(norm):
   model, variables = _model(norm)
   logits, state = _forward_with_intermediates(model, variables, SRC, TGT_IN)
@@ -104,7 +105,7 @@ def _target_jacobian(model, variables):
   return jax.jit(jax.jacrev(lambda o: logits_with_offset(o).sum(axis=(0, 2))))(offset)
 
 
-@pytest.mark.parametrize('norm', ['pre', 'post'])
+@pytest.mark.parametrize('norm', transformer.NORMS)
 def test_logit_t_depends_only_on_targets_up_to_t(norm):
   model, variables = _model(norm)
   jac_TxBxTxH = np.asarray(_target_jacobian(model, variables))
@@ -115,7 +116,7 @@ def test_logit_t_depends_only_on_targets_up_to_t(norm):
   assert np.all(influence_TxT[~future] > 0), 'the interceptor must reach the embeddings'
 
 
-@pytest.mark.parametrize('norm', ['pre', 'post'])
+@pytest.mark.parametrize('norm', transformer.NORMS)
 def test_source_padding_changes_nothing(norm):
   model, variables = _model(norm)
   apply = jax.jit(model.apply)
@@ -151,3 +152,17 @@ def test_dropout_bfloat16_and_length_errors():
 
   with pytest.raises(ValueError, match='max_length=12'):
     model.apply(variables, SRC, jnp.ones((2, 13), jnp.int32))
+
+
+def test_config_validation_accepts_exactly_the_kind_and_norm_registries():
+  for kind in factory.MODEL_KINDS:
+    assert model_config(kind=kind).kind == kind
+  for norm in transformer.NORMS:
+    assert model_config(kind='transformer', transformer={'norm': norm}).transformer.norm == norm
+  for fields, key, listed in (
+    ({'kind': 'lstm'}, 'model.kind', factory.MODEL_KINDS),
+    ({'transformer': {'norm': 'mid'}}, 'model.transformer.norm', transformer.NORMS),
+  ):
+    with pytest.raises(ConfigError, match=f"^{key}=.* is not valid; choose from "
+                                          f"{', '.join(sorted(listed))}$"):
+      model_config(**fields)

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 
 Dtype = Any
 
-WINDOWS = ('global', 'local_m', 'local_p')
+WINDOWS = ('global', 'local_m', 'local_p')  # model.attention.window (LocalWindow)
 
 # Finite stand-in for -inf: exp underflows to 0, and x - max never overflows to -inf - -inf.
 _BIG_NEG = -0.7 * float(jnp.finfo(jnp.float32).max)
@@ -60,17 +60,18 @@ def attend(scores_BxTxS, mask, values_BxSxH):
   return weighted_sum(weights_BxTxS, values_BxSxH), weights_BxTxS
 
 
-def window_weights(centre_BxT, radius: int, num_keys: int):
-  """Luong's window of half-width D=radius around float centres p_t, over key slots i = 0..S-1.
-
-  Returns (mask_BxTxS: |i - p_t| <= D, gaussian_BxTxS: exp(-(i - p_t)^2 / (2 (D/2)^2))); the
-  padding mask is applied by the caller.
-  """
+def window_mask(centre_BxT, radius: int, num_keys: int):
+  """Luong's window of half-width D=radius around float centres p_t over key slots i = 0..S-1:
+  mask_BxTxS = |i - p_t| <= D (the padding mask is applied by the caller)."""
   distance_BxTxS = jnp.arange(num_keys, dtype=jnp.float32)[None, None, :] - centre_BxT[:, :, None]
-  mask_BxTxS = jnp.abs(distance_BxTxS) <= radius
+  return jnp.abs(distance_BxTxS) <= radius
+
+
+def window_gaussian(centre_BxT, radius: int, num_keys: int):
+  """local-p's favour for slots near p_t (Luong eq. 10): exp(-(i - p_t)^2 / (2 (D/2)^2))."""
+  distance_BxTxS = jnp.arange(num_keys, dtype=jnp.float32)[None, None, :] - centre_BxT[:, :, None]
   sigma = radius / 2
-  gaussian_BxTxS = jnp.exp(-jnp.square(distance_BxTxS) / (2 * sigma * sigma))
-  return mask_BxTxS, gaussian_BxTxS
+  return jnp.exp(-jnp.square(distance_BxTxS) / (2 * sigma * sigma))
 
 
 class LocalWindow(nn.Module):
@@ -78,9 +79,10 @@ class LocalWindow(nn.Module):
 
   Call with the queries, the 0-based decoder step of each query (`positions_T`, int), the
   unpadded source lengths (`lengths_B`, used by local_p) and the number of key slots S; returns
-  (window_mask_BxTxS, gaussian_BxTxS). local_p predicts p_t = S_b * sigmoid(v_p^T tanh(W_p q_t))
-  in (0, S_b) with W_p of size H x H (H = query size) and no biases; local_m uses p_t = t.
-  `global` gives an all-True mask and a Gaussian of ones.
+  (window_mask_BxTxS, gaussian_BxTxS or None). Only local_p has a Gaussian (Luong eq. 10):
+  it predicts p_t = S_b * sigmoid(v_p^T tanh(W_p q_t)) in (0, S_b) with W_p of size H x H
+  (H = query size) and no biases. local_m uses p_t = t and the plain windowed softmax (eq. 7),
+  so its Gaussian is None. `global` gives an all-True mask and None.
   """
 
   window: str
@@ -98,19 +100,20 @@ class LocalWindow(nn.Module):
   def __call__(self, q_BxTxH, *, positions_T, lengths_B, num_keys: int):
     B, T = q_BxTxH.shape[:2]
     if self.window == 'global':
-      return (jnp.ones((B, T, num_keys), bool), jnp.ones((B, T, num_keys), jnp.float32))
+      return jnp.ones((B, T, num_keys), bool), None
     if self.window == 'local_m':
       if positions_T is None:
         raise ValueError('window local_m needs positions_T (the decoder step of each query)')
       centre_BxT = jnp.broadcast_to(positions_T.astype(jnp.float32)[None, :], (B, T))
-    else:
-      if lengths_B is None:
-        raise ValueError('window local_p needs lengths_B (the unpadded source lengths)')
-      dense = functools.partial(nn.Dense, use_bias=False, dtype=self.dtype)
-      hidden_BxTxH = jnp.tanh(dense(q_BxTxH.shape[-1], name='w_p')(q_BxTxH))
-      logit_BxT = dense(1, name='v_p')(hidden_BxTxH)[..., 0].astype(jnp.float32)
-      centre_BxT = lengths_B.astype(jnp.float32)[:, None] * jax.nn.sigmoid(logit_BxT)
-    return window_weights(centre_BxT, self.radius, num_keys)
+      return window_mask(centre_BxT, self.radius, num_keys), None
+    if lengths_B is None:
+      raise ValueError('window local_p needs lengths_B (the unpadded source lengths)')
+    dense = functools.partial(nn.Dense, use_bias=False, dtype=self.dtype)
+    hidden_BxTxH = jnp.tanh(dense(q_BxTxH.shape[-1], name='w_p')(q_BxTxH))
+    logit_BxT = dense(1, name='v_p')(hidden_BxTxH)[..., 0].astype(jnp.float32)
+    centre_BxT = lengths_B.astype(jnp.float32)[:, None] * jax.nn.sigmoid(logit_BxT)
+    return (window_mask(centre_BxT, self.radius, num_keys),
+            window_gaussian(centre_BxT, self.radius, num_keys))
 
 
 def attention_step(
@@ -124,23 +127,29 @@ def attention_step(
   positions_T=None,
   lengths_B=None,
 ):
-  """The RNN decoder's whole attention: score -> window mask -> attend -> Gaussian.
+  """The RNN decoder's whole attention: score -> window mask -> attend (-> Gaussian, local_p).
 
   1. scores_BxTxS = score_module(q_BxTxH, keys_BxSxK) (keys from `score_module.project_keys`).
-  2. mask = mask_BxS (True = real source token; None = all) AND, for local windows, the window
-     |i - p_t| <= D from `window_module` (a `LocalWindow`, or None for global attention).
-  3. weights = float32 softmax over the unmasked keys (`masked_softmax`).
-  4. local windows only: weights *= exp(-(i - p_t)^2 / (2 (D/2)^2)) (Luong eq. 10, NOT
+  2. mask = mask_BxS (True = real source token; None = all) AND the positions the score can
+     address (`score_module.addressable_keys`: location's slots) AND, for local windows, the
+     window |i - p_t| <= D from `window_module` (a `LocalWindow`, or None for global).
+  3. weights = float32 softmax over the unmasked keys (`masked_softmax`): for local_m this is
+     the whole alignment (Luong eq. 7 over the window; the weights sum to 1).
+  4. local_p only: weights *= exp(-(i - p_t)^2 / (2 (D/2)^2)) (Luong eq. 10, NOT
      renormalised), and the context uses these scaled weights.
   5. context_BxTxH = weights @ values_BxSxH (values' dtype). Returns (context, weights).
 
   positions_T: int 0-based decoder step of each of the T queries (local_m). lengths_B: unpadded
   source lengths S_b (local_p); defaults to mask_BxS.sum(-1), or S without a mask. A query whose
-  window holds no real key gets zero weights and a zero context.
+  window holds no real key (local_m decoding past the source) gets an all-zero weight row and
+  a zero context, by design: metrics treat such rows as "attends nowhere".
   """
   scores_BxTxS = score_module(q_BxTxH, keys_BxSxK)
   B, T, S = scores_BxTxS.shape
   mask_BxTxS = None if mask_BxS is None else jnp.broadcast_to(mask_BxS[:, None, :], (B, T, S))
+  addressable_S = score_module.addressable_keys(S)
+  if addressable_S is not None:  # location score: no slot for positions >= max_source_length
+    mask_BxTxS = combine_masks(mask_BxTxS, jnp.broadcast_to(addressable_S, (B, T, S)))
   if window_module is None or window_module.window == 'global':
     return attend(scores_BxTxS, mask_BxTxS, values_BxSxH)
   if lengths_B is None:
@@ -148,9 +157,10 @@ def attention_step(
   window_BxTxS, gaussian_BxTxS = window_module(
     q_BxTxH, positions_T=positions_T, lengths_B=lengths_B, num_keys=S
   )
-  if mask_BxTxS is not None:
-    window_BxTxS = window_BxTxS & mask_BxTxS
-  weights_BxTxS = masked_softmax(scores_BxTxS, window_BxTxS) * gaussian_BxTxS
+  window_BxTxS = combine_masks(window_BxTxS, mask_BxTxS)
+  weights_BxTxS = masked_softmax(scores_BxTxS, window_BxTxS)
+  if gaussian_BxTxS is not None:
+    weights_BxTxS = weights_BxTxS * gaussian_BxTxS
   return weighted_sum(weights_BxTxS, values_BxSxH), weights_BxTxS
 
 

@@ -3,7 +3,10 @@
 `DecoderCell` owns everything the decoder learns: the target embedding, the stacked LSTM/GRU
 cells, the attention score (or multi-head cross attention), the local window, W_c and W_o.
 `project_memory` turns the encoder outputs into what every step reads (projected keys, values)
-ONCE per source sequence; `__call__` is one step.
+ONCE per source sequence; `__call__` is one step. Teacher forcing (`unroll`) scans that step
+when the RNN reads attention (bahdanau, input feeding); otherwise s_1..s_T do not depend on
+attention, so `whole_sequence` runs the RNN over all steps and then scores, softmax, context
+and readout for all T queries in batched matmuls.
 
 The step, per `model.attention.timing` (DESIGN.md section 1; s = top layer's hidden state):
 
@@ -30,11 +33,21 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from attnlab.config import ModelConfig
+from attnlab.config import ModelConfig, check_choice
 from attnlab.models import attention, recurrent, scoring
+
+# model.attention.timing: when the decoder attends (DecoderCell.core implements each).
+TIMINGS = ('bahdanau', 'luong', 'none')
 
 Memory = dict[str, Any]
 DecoderCarry = dict[str, Any]
+
+
+def rnn_reads_attention(config: ModelConfig) -> bool:
+  """Whether s_t depends on attention: Bahdanau (c_t in the RNN input) or input feeding
+  (h~_{t-1}). Otherwise teacher forcing runs `DecoderCell.whole_sequence`."""
+  att = config.attention
+  return att.timing == 'bahdanau' or (att.timing == 'luong' and att.input_feeding)
 
 
 top_hidden = recurrent.hidden  # h_BxH of one layer's carry: the LSTM's (c, h) or the GRU's h
@@ -51,6 +64,7 @@ class DecoderCell(nn.Module):
     att = cfg.attention
     dtype = jnp.dtype(cfg.dtype)
     H = cfg.hidden_size
+    check_choice('model.attention.timing', att.timing, TIMINGS)
     self.embed = nn.Embed(self.vocab_size, cfg.embed_dim, dtype=dtype)
     # Bottom layer input: [emb; c_t] (bahdanau), [emb; h~_{t-1}] (input feeding) or emb.
     extra = H if self._has_extra_input() else 0
@@ -64,7 +78,8 @@ class DecoderCell(nn.Module):
       self.mha = attention.MultiHeadAttention(att.num_heads, H, cfg.dropout, dtype)
     elif self.attentive:
       self.score = scoring.make_score(
-        att.score, hidden_size=H, max_source_length=att.max_source_length, dtype=dtype
+        att.score, hidden_size=H, max_source_length=att.max_source_length,
+        concat_bias=att.concat_bias, dtype=dtype,
       )
       if att.window != 'global':
         self.window = attention.LocalWindow(att.window, att.window_radius, dtype)
@@ -121,20 +136,19 @@ class DecoderCell(nn.Module):
       )
     return context_Bx1xH[:, 0, :], weights_Bx1xS[:, 0, :]
 
-  def cell_weights(self) -> list[recurrent.Weights]:
+  def cell_kernels(self) -> list[recurrent.CellKernels]:
     """Every layer's concatenated kernels, computed once per call (outside time loops). The
     bottom layer's W_i rows for the context / h~ input are stacked onto W_h
     (`recurrent.stack_extra`), so each step does [extra; h] [W_x; W_h] as one matmul."""
-    weights = [cell() for cell in self.cells]
+    kernels = [cell() for cell in self.cells]
     if self._has_extra_input():
-      weights[0] = recurrent.stack_extra(weights[0], self.config.embed_dim)
-    return weights
+      kernels[0] = recurrent.stack_extra(kernels[0], self.config.embed_dim)
+    return kernels
 
   def _has_extra_input(self) -> bool:
-    att = self.config.attention
-    return att.timing == 'bahdanau' or att.input_feeding
+    return rnn_reads_attention(self.config)
 
-  def embed_gates(self, y_prev, weights, train: bool):
+  def embed_gates(self, y_prev, kernels, train: bool):
     """The embeddings' share of the bottom layer's input gates, emb W_i[:E], for ...xE tokens.
 
     Without dropout this is a row of the V x G table (embedding W_i[:E]): decoding gathers
@@ -142,23 +156,23 @@ class DecoderCell(nn.Module):
     """
     dtype = jnp.dtype(self.config.dtype)
     if not train or self.config.dropout == 0.0:
-      table_VxG = recurrent.input_gates(weights[0], self.embed.embedding, dtype)
+      table_VxG = recurrent.input_gates(kernels[0], self.embed.embedding, dtype)
       return jnp.take(table_VxG, y_prev, axis=0)
     emb = self.dropout(self.embed(y_prev), deterministic=not train)
-    return recurrent.input_gates(weights[0], emb, dtype)
+    return recurrent.input_gates(kernels[0], emb, dtype)
 
-  def _rnn(self, states, gx0_BxG, weights, train: bool, extra_BxK=None):
+  def _rnn(self, states, gx0_BxG, kernels, train: bool, extra_BxK=None):
     """Runs the stacked cells one step from the bottom layer's input gates (plus its extra
     input); returns (new states, top layer's h_BxH)."""
     kind, dtype = self.config.cell, jnp.dtype(self.config.dtype)
     new_states = []
     for layer, state in enumerate(states):
       if layer == 0:
-        new_state = recurrent.cell_step(kind, weights[0], state, gx0_BxG, dtype, extra_BxK)
+        new_state = recurrent.cell_step(kind, kernels[0], state, gx0_BxG, dtype, extra_BxK)
       else:
         x_BxH = self.dropout(top_hidden(new_states[-1]), deterministic=not train)
-        gx_BxG = recurrent.input_gates(weights[layer], x_BxH, dtype)
-        new_state = recurrent.cell_step(kind, weights[layer], state, gx_BxG, dtype)
+        gx_BxG = recurrent.input_gates(kernels[layer], x_BxH, dtype)
+        new_state = recurrent.cell_step(kind, kernels[layer], state, gx_BxG, dtype)
       # Keep the carry float32 whatever the compute dtype (nn.scan needs a fixed carry type).
       new_states.append(jax.tree.map(lambda a: a.astype(jnp.float32), new_state))
     return tuple(new_states), top_hidden(new_states[-1])
@@ -170,19 +184,19 @@ class DecoderCell(nn.Module):
       readout_in = s
     return jnp.tanh(self.w_c(readout_in))
 
-  def core(self, carry: DecoderCarry, gx_emb_BxG, memory: Memory, weights, *, train: bool):
+  def core(self, carry: DecoderCarry, gx_emb_BxG, memory: Memory, kernels, *, train: bool):
     """One step up to h~_t, from the embedding's input gates: (carry, (h~_BxH, attn_BxS))."""
     timing = self.config.attention.timing
     states, step_B = carry['states'], carry['step']
     if timing == 'bahdanau':
       context_BxH, weights_BxS = self._attend(top_hidden(states[-1]), memory, step_B, train)
-      states, s_BxH = self._rnn(states, gx_emb_BxG, weights, train, extra_BxK=context_BxH)
+      states, s_BxH = self._rnn(states, gx_emb_BxG, kernels, train, extra_BxK=context_BxH)
     elif timing == 'luong':
       feed_BxH = carry['feed'] if self.config.attention.input_feeding else None
-      states, s_BxH = self._rnn(states, gx_emb_BxG, weights, train, extra_BxK=feed_BxH)
+      states, s_BxH = self._rnn(states, gx_emb_BxG, kernels, train, extra_BxK=feed_BxH)
       context_BxH, weights_BxS = self._attend(s_BxH, memory, step_B, train)
     else:
-      states, s_BxH = self._rnn(states, gx_emb_BxG, weights, train)
+      states, s_BxH = self._rnn(states, gx_emb_BxG, kernels, train)
       context_BxH, weights_BxS = None, jnp.zeros(memory['mask'].shape, jnp.float32)
     h_tilde_BxH = self._readout(s_BxH, context_BxH)
     new_carry = {
@@ -199,30 +213,31 @@ class DecoderCell(nn.Module):
   def __call__(
     self, carry: DecoderCarry, y_prev_B: jax.Array, memory: Memory, *, train: bool = False
   ):
-    weights = self.cell_weights()
-    gx_emb_BxG = self.embed_gates(y_prev_B, weights, train)
-    carry, (h_tilde_BxH, weights_BxS) = self.core(carry, gx_emb_BxG, memory, weights, train=train)
+    kernels = self.cell_kernels()
+    gx_emb_BxG = self.embed_gates(y_prev_B, kernels, train)
+    carry, (h_tilde_BxH, weights_BxS) = self.core(carry, gx_emb_BxG, memory, kernels, train=train)
     return carry, (self.logits(h_tilde_BxH, train=train), weights_BxS)
 
   def whole_sequence(self, carry: DecoderCarry, tgt_in_BxT, memory: Memory, *, train: bool):
     """Teacher forcing when the RNN does not read attention (luong without input feeding,
     none): the RNN over all T steps, then attention and readout for all T queries at once."""
     kind, dtype = self.config.cell, jnp.dtype(self.config.dtype)
-    weights = self.cell_weights()
-    gx_BxTxG = self.embed_gates(tgt_in_BxT, weights, train)
+    kernels = self.cell_kernels()
+    gx_BxTxG = self.embed_gates(tgt_in_BxT, kernels, train)
     states, out_BxTxH = [], None
     for layer, state in enumerate(carry['states']):
       if layer > 0:
         x_BxTxH = self.dropout(out_BxTxH, deterministic=not train)
-        gx_BxTxG = recurrent.input_gates(weights[layer], x_BxTxH, dtype)
+        gx_BxTxG = recurrent.input_gates(kernels[layer], x_BxTxH, dtype)
       finals, (out_BxTxH,) = recurrent.run_layers(
-        kind, [weights[layer]], [gx_BxTxG], [state], None, dtype
+        kind, [kernels[layer]], [gx_BxTxG], [state], None, dtype
       )
       states.append(jax.tree.map(lambda a: a.astype(jnp.float32), finals[0]))
     s_BxTxH = out_BxTxH
     B, T = tgt_in_BxT.shape
     if self.attentive:
-      context_BxTxH, attn_BxTxS = self._attend_all(s_BxTxH, memory, train)
+      positions_T = carry['step'][0] + jnp.arange(T, dtype=jnp.int32)
+      context_BxTxH, attn_BxTxS = self._attend_all(s_BxTxH, memory, positions_T, train)
     else:
       context_BxTxH, attn_BxTxS = None, jnp.zeros((B, T, memory['mask'].shape[1]), jnp.float32)
     h_tilde_BxTxH = self._readout(s_BxTxH, context_BxTxH)
@@ -233,8 +248,8 @@ class DecoderCell(nn.Module):
     }
     return new_carry, self.logits(h_tilde_BxTxH, train=train), attn_BxTxS
 
-  def _attend_all(self, q_BxTxH, memory: Memory, train: bool):
-    """(c_BxTxH, weights_BxTxS) for T queries at decoder steps 0..T-1."""
+  def _attend_all(self, q_BxTxH, memory: Memory, positions_T, train: bool):
+    """(c_BxTxH, weights_BxTxS) for T queries at the decoder steps positions_T."""
     mask_BxS = memory['mask']
     if self.multi_head:
       context_BxTxH, weights_BxNxTxS = self.mha.attend_projected(
@@ -253,26 +268,34 @@ class DecoderCell(nn.Module):
       memory['keys'],
       memory['values'],
       mask_BxS,
-      positions_T=jnp.arange(q_BxTxH.shape[1]),
+      positions_T=positions_T,
       lengths_B=memory['lengths'],
     )
 
 
 def unroll(cell: DecoderCell, carry: DecoderCarry, tgt_in_BxT, memory: Memory, *, train: bool):
-  """Teacher-forced unroll of `cell` over tgt_in_BxT (the same step search runs).
+  """Teacher-forced unroll of `cell` over tgt_in_BxT: returns (carry, logits_BxTxV, attn_BxTxS).
+
+  A decoder whose RNN reads attention loops the step (`unroll_steps`); one whose RNN does not
+  (Luong without input feeding, none) runs the RNN over all T steps and attends for all T
+  queries at once (`DecoderCell.whole_sequence`); the two are equal (tests/test_rnn_decoder).
+  """
+  if rnn_reads_attention(cell.config):
+    return unroll_steps(cell, carry, tgt_in_BxT, memory, train=train)
+  return cell.whole_sequence(carry, tgt_in_BxT, memory, train=train)
+
+
+def unroll_steps(cell: DecoderCell, carry, tgt_in_BxT, memory: Memory, *, train: bool):
+  """`unroll` as an `nn.scan` over the step that search runs, for every timing.
 
   Params are broadcast (one set for all steps), dropout draws fresh masks each step, memory is
-  broadcast; only step-dependent work is inside the `nn.scan` (module docstring). Returns
-  (carry, logits_BxTxV, attn_BxTxS).
+  broadcast; only step-dependent work is inside the scan (module docstring).
   """
-  att = cell.config.attention
-  if att.timing == 'none' or (att.timing == 'luong' and not att.input_feeding):
-    return cell.whole_sequence(carry, tgt_in_BxT, memory, train=train)
-  weights = cell.cell_weights()
-  gx_BxTxG = cell.embed_gates(tgt_in_BxT, weights, train)
+  kernels = cell.cell_kernels()
+  gx_BxTxG = cell.embed_gates(tgt_in_BxT, kernels, train)
 
-  def body(module, carry, gx_emb_BxG, memory, weights):
-    return module.core(carry, gx_emb_BxG, memory, weights, train=train)
+  def body(module, carry, gx_emb_BxG, memory, kernels):
+    return module.core(carry, gx_emb_BxG, memory, kernels, train=train)
 
   scan = nn.scan(
     body,
@@ -281,5 +304,5 @@ def unroll(cell: DecoderCell, carry: DecoderCarry, tgt_in_BxT, memory: Memory, *
     in_axes=(1, nn.broadcast, nn.broadcast),
     out_axes=1,
   )
-  carry, (h_tilde_BxTxH, attn_BxTxS) = scan(cell, carry, gx_BxTxG, memory, weights)
+  carry, (h_tilde_BxTxH, attn_BxTxS) = scan(cell, carry, gx_BxTxG, memory, kernels)
   return carry, cell.logits(h_tilde_BxTxH, train=train), attn_BxTxS

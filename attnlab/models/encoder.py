@@ -27,7 +27,7 @@ import jax.numpy as jnp
 from attnlab.config import ModelConfig, check_choice
 from attnlab.models import PAD_ID, recurrent
 
-BRIDGES = ('dense', 'copy', 'zero')
+BRIDGES = ('dense', 'copy', 'zero')  # model.bridge (Bridge)
 
 # One layer's recurrent state: (c_BxH, h_BxH) for an LSTM, h_BxH for a GRU.
 Carry = Any
@@ -75,18 +75,20 @@ class RNNEncoder(nn.Module):
         names, units = (f'layer_{layer}_fwd', f'layer_{layer}_bwd'), H // 2
       else:
         names, units = (f'layer_{layer}',), H
-      weights = [recurrent.CellParams(cfg.cell, in_features, units, name=n)() for n in names]
+      kernels = [recurrent.CellParams(cfg.cell, in_features, units, name=n)() for n in names]
       # One input projection for all directions and steps: x [W_i_fwd, W_i_bwd].
-      both = (
-        jnp.concatenate([w[0] for w in weights], axis=-1),
-        None if weights[0][1] is None else jnp.concatenate([w[1] for w in weights]),
+      both = recurrent.CellKernels(
+        w_i=jnp.concatenate([k.w_i for k in kernels], axis=-1),
+        b_i=None if kernels[0].b_i is None else jnp.concatenate([k.b_i for k in kernels]),
+        w_h=None,
+        b_h=None,
       )
       gx_BxSxG = jnp.split(recurrent.input_gates(both, x, dtype), len(names), axis=-1)
       if cfg.bidirectional:
         gx_BxSxG[1] = recurrent.flip_within_lengths(gx_BxSxG[1], lengths_B)
       zero = recurrent.zero_carry(cfg.cell, x.shape[0], units, jnp.float32)
       finals, outs = recurrent.run_layers(
-        cfg.cell, weights, gx_BxSxG, [zero] * len(names), mask_BxS, dtype
+        cfg.cell, kernels, gx_BxSxG, [zero] * len(names), mask_BxS, dtype
       )
       if cfg.bidirectional:
         outs[1] = recurrent.flip_within_lengths(outs[1], lengths_B)

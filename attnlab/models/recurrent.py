@@ -20,7 +20,7 @@ Matmuls run in the compute dtype; the carry keeps the dtype it is given (float32
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import flax.linen as nn
 import jax
@@ -28,13 +28,20 @@ import jax.numpy as jnp
 
 from attnlab.config import check_choice
 
-CELLS = ('lstm', 'gru')
+CELLS = ('lstm', 'gru')  # model.cell (CellParams)
 GATES = {'lstm': 'ifgo', 'gru': 'rzn'}
 
 # One layer's recurrent state: (c_BxH, h_BxH) for an LSTM, h_BxH for a GRU.
 Carry = Any
-# (w_i IxGH, b_i GH or None, w_h HxGH, b_h GH): one layer's kernels, gates concatenated (G gates).
-Weights = tuple
+
+
+class CellKernels(NamedTuple):
+  """One layer's kernels with its G gates concatenated (G*H columns, gate order of GATES)."""
+
+  w_i: jax.Array | None  # I x GH input kernel (None where only the recurrent half is needed)
+  b_i: jax.Array | None  # GH input bias (GRU) or None (LSTM)
+  w_h: jax.Array | None  # H x GH recurrent kernel, or [W_x; W_h] after `stack_extra`
+  b_h: jax.Array | None  # GH recurrent bias (GRU: zeros for r and z, hn's bias for n)
 
 
 class _Kernel(nn.Module):
@@ -55,14 +62,14 @@ class _Kernel(nn.Module):
 
 
 class CellParams(nn.Module):
-  """One recurrent layer's parameters; `__call__()` returns its concatenated `Weights`."""
+  """One recurrent layer's parameters; `__call__()` returns its concatenated `CellKernels`."""
 
   kind: str
   in_features: int
   features: int
 
   @nn.compact
-  def __call__(self) -> Weights:
+  def __call__(self) -> CellKernels:
     check_choice('model.cell', self.kind, CELLS)
     n_in, H = self.in_features, self.features
     lecun, orthogonal = nn.initializers.lecun_normal(), nn.initializers.orthogonal()
@@ -78,16 +85,16 @@ class CellParams(nn.Module):
     if self.kind == 'lstm':
       b_h = jnp.concatenate([b for _, b in recurrent])
     else:  # only hn has a bias; r and z get zeros so that every kind adds one GH vector
-      b_h = jnp.concatenate([jnp.zeros((2 * H,), recurrent[2][1].dtype), recurrent[2][1]])
-    return w_i, b_i, w_h, b_h
+      (_, _), (_, _), (_, bias_n) = recurrent  # gates r, z, n
+      b_h = jnp.concatenate([jnp.zeros((2 * H,), bias_n.dtype), bias_n])
+    return CellKernels(w_i=w_i, b_i=b_i, w_h=w_h, b_h=b_h)
 
 
-def input_gates(weights: Weights, x_BxTxI: jax.Array, dtype) -> jax.Array:
+def input_gates(kernels: CellKernels, x_BxTxI: jax.Array, dtype) -> jax.Array:
   """x W_i (+ b_i) for every step at once: ...xI -> ...xGH in `dtype`."""
-  w_i, b_i = weights[0], weights[1]
-  gates = jnp.einsum('...i,ig->...g', x_BxTxI.astype(dtype), w_i.astype(dtype))
-  if b_i is not None:
-    gates = gates + b_i.astype(dtype).reshape((1,) * (gates.ndim - 1) + (-1,))
+  gates = jnp.einsum('...i,ig->...g', x_BxTxI.astype(dtype), kernels.w_i.astype(dtype))
+  if kernels.b_i is not None:
+    gates = gates + kernels.b_i.astype(dtype).reshape((1,) * (gates.ndim - 1) + (-1,))
   return gates
 
 
@@ -120,22 +127,23 @@ def gru_step(w_h, b_h, h_BxH: jax.Array, gx_BxG: jax.Array, dtype, extra_BxK=Non
 
 
 def cell_step(
-  kind: str, weights: Weights, carry: Carry, gx_BxG: jax.Array, dtype, extra_BxK=None
+  kind: str, kernels: CellKernels, carry: Carry, gx_BxG: jax.Array, dtype, extra_BxK=None
 ) -> Carry:
   """One step given the step's input gates; returns the new carry.
 
   With `extra_BxK` (an input known only inside the loop, e.g. the context or h~_{t-1}),
-  weights[2] must be the stacked [W_x; W_h] of `stack_extra`; for an LSTM the two products
+  kernels.w_h must be the stacked [W_x; W_h] of `stack_extra`; for an LSTM the two products
   are one matmul.
   """
   step = lstm_step if kind == 'lstm' else gru_step
-  return step(weights[2], weights[3], carry, gx_BxG, dtype, extra_BxK)
+  return step(kernels.w_h, kernels.b_h, carry, gx_BxG, dtype, extra_BxK)
 
 
-def stack_extra(weights: Weights, first: int) -> Weights:
-  """Splits W_i after its first `first` rows: (W_i[:first], b_i, [W_i[first:]; W_h], b_h)."""
-  w_i, b_i, w_h, b_h = weights
-  return w_i[:first], b_i, jnp.concatenate([w_i[first:], w_h], axis=0), b_h
+def stack_extra(kernels: CellKernels, first: int) -> CellKernels:
+  """Splits W_i after its first `first` rows: W_i[:first] stays the input kernel and
+  W_i[first:] is stacked onto W_h ([W_x; W_h]), for an input known only inside the loop."""
+  w_i = kernels.w_i
+  return kernels._replace(w_i=w_i[:first], w_h=jnp.concatenate([w_i[first:], kernels.w_h], 0))
 
 
 def hidden(carry: Carry) -> jax.Array:
@@ -161,7 +169,7 @@ def flip_within_lengths(x_BxTx, lengths_B: jax.Array) -> jax.Array:
 
 def run_layers(
   kind: str,
-  weights: list[Weights],
+  kernels: list[CellKernels],
   gx: list[jax.Array],
   carries: list[Carry],
   valid_BxT: jax.Array | None,
@@ -176,13 +184,16 @@ def run_layers(
   """
   B, T = gx[0].shape[:2]
   valid_TxB = jnp.ones((T, B), bool) if valid_BxT is None else valid_BxT.T
-  # Cast once here, not every step (the step's astype is then a no-op).
-  weights = [(None, None, w[2].astype(dtype), w[3].astype(dtype)) for w in weights]
+  # Only the recurrent half runs in the loop; cast it once here, not every step.
+  kernels = [
+    CellKernels(w_i=None, b_i=None, w_h=k.w_h.astype(dtype), b_h=k.b_h.astype(dtype))
+    for k in kernels
+  ]
 
   def step(carries, gx_t, valid_B):
     new = []
     for k, carry in enumerate(carries):
-      stepped = cell_step(kind, weights[k], carry, gx_t[k], dtype)
+      stepped = cell_step(kind, kernels[k], carry, gx_t[k], dtype)
       if valid_BxT is not None:
         stepped = jax.tree.map(lambda n, o: jnp.where(valid_B[:, None], n, o), stepped, carry)
       new.append(stepped)

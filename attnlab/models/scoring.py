@@ -13,9 +13,16 @@ scores are returned as float32 so the softmax in `attention.attend` is always fl
   dot         q . h
   scaled_dot  q . h / sqrt(H)
   general     q^T W_a h                   (keys = W_a h)
-  concat      v^T tanh(W_q q + W_k h)     (Bahdanau additive; keys = W_k h; inner size H)
+  concat      v^T tanh(W_q q + W_k h)     (Bahdanau additive; keys = W_k h; inner size H;
+                                           + b_q inside the tanh with concat_bias)
   location    e_t = W_a q_t               (one score per source slot up to max_source_length,
                                            sliced to the first S; Luong 2015)
+
+`addressable_keys(S)` says which of S key positions a score can address: None (all) for every
+score but `location`, whose W_a has no row for positions >= max_source_length. Such positions
+occur only in batches wider than the slots (eval padding has no cap: long eval examples,
+length-generalisation splits); `attention.attention_step` masks them, so they get exactly zero
+weight, whether they are padding or real tokens beyond what the score can address.
 """
 
 from __future__ import annotations
@@ -41,6 +48,11 @@ class DotScore(nn.Module):
 
   def project_keys(self, enc_BxSxH):
     return enc_BxSxH
+
+  def addressable_keys(self, num_keys: int):
+    """Bool S mask of the key positions this score can address; None = all of them."""
+    del num_keys
+    return None
 
   def _dot(self, q_BxTxK, keys_BxSxK):
     scores_BxTxS = jnp.einsum(
@@ -74,11 +86,17 @@ class GeneralScore(DotScore):
 
 
 class ConcatScore(DotScore):
-  """e_ti = v^T tanh(W_q q_t + W_k h_i) (Bahdanau et al. 2015); inner size = hidden_size."""
+  """e_ti = v^T tanh(W_q q_t + b_q + W_k h_i) (Bahdanau et al. 2015); inner size = hidden_size.
+
+  b_q exists only with `query_bias` (`model.attention.concat_bias`): the papers' form has no
+  bias, OpenNMT-py's and Sockeye's MLP attention put one on the query projection.
+  """
+
+  query_bias: bool = False
 
   def setup(self):
-    dense = lambda features: nn.Dense(features, use_bias=False, dtype=self.dtype)
-    self.w_q = dense(self.hidden_size)
+    dense = lambda features, bias=False: nn.Dense(features, use_bias=bias, dtype=self.dtype)
+    self.w_q = dense(self.hidden_size, self.query_bias)
     self.w_k = dense(self.hidden_size)
     self.v = dense(1)
 
@@ -96,7 +114,9 @@ class ConcatScore(DotScore):
 class LocationScore(DotScore):
   """e_t = W_a q_t: scores from the query alone, one per source slot (Luong et al. 2015).
 
-  The keys only supply S; W_a has `max_source_length` outputs and the first S are used.
+  The keys only supply S; W_a has `max_source_length` outputs and the first S are used. A
+  source wider than the slots gets zero scores past them, and `addressable_keys` masks those
+  positions (module docstring).
   """
 
   def setup(self):
@@ -104,14 +124,16 @@ class LocationScore(DotScore):
       raise ValueError(f'location score needs max_source_length > 0 (got {self.max_source_length})')
     self.w_a = nn.Dense(self.max_source_length, use_bias=False, dtype=self.dtype)
 
+  def addressable_keys(self, num_keys: int):
+    return jnp.arange(num_keys) < self.max_source_length
+
   def __call__(self, q_BxTxH, keys_BxSxK):
     num_keys = keys_BxSxK.shape[1]
-    if num_keys > self.max_source_length:
-      raise ValueError(
-        f'location score has {self.max_source_length} source slots '
-        f'(max_source_length) but the source has S={num_keys} positions'
-      )
-    return self.w_a(q_BxTxH)[..., :num_keys].astype(jnp.float32)
+    scores_BxTxL = self.w_a(q_BxTxH).astype(jnp.float32)  # L = max_source_length slots
+    if num_keys <= self.max_source_length:
+      return scores_BxTxL[..., :num_keys]
+    beyond = num_keys - self.max_source_length
+    return jnp.pad(scores_BxTxL, ((0, 0), (0, 0), (0, beyond)))
 
 
 SCORES: dict[str, type[DotScore]] = {
@@ -128,14 +150,24 @@ def make_score(
   *,
   hidden_size: int,
   max_source_length: int = 0,
+  concat_bias: bool = False,
   dtype: Dtype = jnp.float32,
   name_: str | None = None,
 ) -> DotScore:
-  """Builds score `name` from SCORES; `name_` is the module name (None: Flax's default)."""
+  """Builds score `name` from SCORES; `name_` is the module name (None: Flax's default).
+
+  `concat_bias` adds b_q to the concat score's query projection (concat only).
+  """
   if name not in SCORES:
     raise ValueError(f'unknown score {name!r}; choose from {", ".join(sorted(SCORES))}')
   if name == 'location' and max_source_length <= 0:
     raise ValueError(f'location score needs max_source_length > 0 (got {max_source_length})')
+  options = {}
+  if concat_bias:
+    if name != 'concat':
+      raise ValueError(f'concat_bias applies to the concat score only (got {name!r})')
+    options['query_bias'] = True
   return SCORES[name](
-    hidden_size=hidden_size, max_source_length=max_source_length, dtype=dtype, name=name_
+    hidden_size=hidden_size, max_source_length=max_source_length, dtype=dtype, name=name_,
+    **options,
   )

@@ -32,6 +32,8 @@ from attnlab.config import ModelConfig, check_choice
 from attnlab.models import PAD_ID
 from attnlab.models import attention as attn_lib
 
+NORMS = ('pre', 'post')  # model.transformer.norm: layer norm before or after each sublayer
+
 Memory = dict[str, Any]
 Carry = dict[str, Any]
 
@@ -169,7 +171,7 @@ class Transformer(nn.Module):
 
   def setup(self):
     c = self.config
-    check_choice('model.transformer.norm', c.transformer.norm, ('pre', 'post'))
+    check_choice('model.transformer.norm', c.transformer.norm, NORMS)
     H, tc = c.hidden_size, c.transformer
     self.dtype = jnp.dtype(c.dtype)
     self.positions_LxH = sinusoidal_positions(tc.max_length, H)
