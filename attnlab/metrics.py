@@ -2,8 +2,10 @@
 
 - `summarize`: per-device metric *sums* from train/eval steps -> loss, perplexity, accuracies.
 - Decoded outputs: `edit_distance`, `error_rates` (WER / PER with several references per
-  source), `sequence_accuracy`, `bleu_chrf`, and `by_length_bucket` for length generalisation.
-- Attention: `attention_entropy` and `alignment_error_rate` of one example's weights.
+  source), `sequence_accuracy`, `bleu_chrf`, and `by_length_bucket` / `bleu_by_length` for
+  length generalisation.
+- Attention: `attention_entropy` and `alignment_error_rate` of one example's weights (steps
+  with all-zero weights, from local_m past the source, are skipped or count as misses).
 
 Sequences are lists, tuples or 1-D arrays of tokens (ids or strings); tokens compare with `==`.
 """
@@ -200,21 +202,48 @@ def by_length_bucket(
       f'by_length_bucket: lengths {lengths.shape} and values {values.shape} '
       'must be 1-D and of equal length'
     )
+  buckets = []
+  for name, chosen in _length_buckets('by_length_bucket', lengths, edges):
+    selected = values[chosen]
+    mean = float(selected.mean()) if selected.size else None
+    buckets.append({'bucket': name, 'count': int(selected.size), 'mean': mean})
+  return buckets
+
+
+def _length_buckets(caller: str, lengths: np.ndarray, edges: Sequence[float]):
+  """(name, boolean mask) of each bucket [edges[k], edges[k+1]); see `by_length_bucket`."""
   if len(edges) < 2 or any(b <= a for a, b in zip(edges, edges[1:], strict=False)):
-    raise ValueError(
-      f'by_length_bucket: edges {edges} must be at least 2 strictly increasing numbers'
-    )
+    raise ValueError(f'{caller}: edges {edges} must be at least 2 strictly increasing numbers')
   outside = lengths[(lengths < edges[0]) | (lengths >= edges[-1])]
   if outside.size:
     raise ValueError(
-      f'by_length_bucket: length {outside[0]} is outside the buckets [{edges[0]:g}, {edges[-1]:g})'
+      f'{caller}: length {outside[0]} is outside the buckets [{edges[0]:g}, {edges[-1]:g})'
     )
-  buckets = []
   for lo, hi in zip(edges, edges[1:], strict=False):
     name = f'{lo:g}+' if math.isinf(hi) else f'{lo:g}-{math.ceil(hi) - 1:g}'
-    selected = values[(lengths >= lo) & (lengths < hi)]
-    mean = float(selected.mean()) if selected.size else None
-    buckets.append({'bucket': name, 'count': int(selected.size), 'mean': mean})
+    yield name, (lengths >= lo) & (lengths < hi)
+
+
+def bleu_by_length(
+  hyps: Sequence[str], refs: Sequence[str], lengths: Sequence[int], edges: Sequence[float]
+) -> list[dict]:
+  """Corpus BLEU of the sentences in each source-length bucket (Bahdanau et al. 2015, Fig. 2).
+
+  Buckets and their names are those of `by_length_bucket` (edges (0, 10, ..., 50, inf) ->
+  '0-9', '10-19', ..., '50+'); each is {'bucket', 'count', 'bleu'}, BLEU None when empty.
+  """
+  _check_pairs('bleu_by_length', hyps, refs)
+  lengths = np.asarray(lengths)
+  if lengths.shape != (len(hyps),):
+    raise ValueError(f'bleu_by_length: {lengths.size} lengths for {len(hyps)} hypotheses')
+  edges = [float(e) for e in edges]
+  buckets = []
+  for name, chosen in _length_buckets('bleu_by_length', lengths, edges):
+    index = np.flatnonzero(chosen)
+    bleu = None
+    if index.size:
+      bleu = bleu_chrf([hyps[i] for i in index], [refs[i] for i in index])['bleu']
+    buckets.append({'bucket': name, 'count': int(index.size), 'bleu': bleu})
   return buckets
 
 
@@ -241,17 +270,23 @@ def attention_entropy(weights_TxS, src_len: int | None = None, tgt_len: int | No
   1 first, which changes nothing for softmax attention and makes the rows of Luong's local-p
   attention (softmax times a Gaussian) distributions. 0 log 0 = 0. Uniform attention over S
   positions gives log(S); attending to one position gives 0.
+
+  A step whose weights are all zero attends nowhere (a local_m window past the end of the
+  source, by design): it has no distribution and is left out of the mean. A block where no
+  step attends anywhere raises ValueError (it can only come from wrong src_len/tgt_len: local_m
+  step 0 always sees source position 0).
   """
   w_TxS = _valid_block('attention_entropy', weights_TxS, src_len, tgt_len)
   if np.any(w_TxS < 0):
     raise ValueError('attention_entropy: attention weights must be non-negative')
   row_T = w_TxS.sum(axis=1)
-  if np.any(row_T <= 0):
+  attends_T = row_T > 0
+  if not attends_T.any():
     raise ValueError(
-      f'attention_entropy: target step {int(np.argmin(row_T))} has no weight '
-      f'on the first {src_len} source positions; check src_len/tgt_len'
+      f'attention_entropy: no target step has weight on the first {w_TxS.shape[1]} source '
+      'positions; check src_len/tgt_len'
     )
-  p_TxS = w_TxS / row_T[:, None]
+  p_TxS = w_TxS[attends_T] / row_T[attends_T, None]
   logp_TxS = np.log(np.where(p_TxS > 0, p_TxS, 1.0))
   return float(np.mean(-np.sum(p_TxS * logp_TxS, axis=1)))
 
@@ -288,5 +323,5 @@ def alignment_error_rate(
   scored_T = gold_T >= 0
   if not scored_T.any():
     raise ValueError('alignment_error_rate: no target step has a gold link')
-  argmax_T = np.argmax(w_TxS, axis=1)
-  return float(np.mean(argmax_T[scored_T] != gold_T[scored_T]))
+  hit_T = (np.argmax(w_TxS, axis=1) == gold_T) & (w_TxS.sum(axis=1) > 0)
+  return float(np.mean(~hit_T[scored_T]))

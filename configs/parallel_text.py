@@ -2,9 +2,10 @@
 
 Point the task at a TSV file (source<TAB>target) or two line-aligned files per split
 (attnlab/data/parallel_text.py). Vocabularies come from the training side only; with
-SentencePiece the models are cached in `<data_dir>/attnlab_sentencepiece/` and saved into the
-workdir with the vocabularies. Scores: corpus BLEU and chrF of detokenized output (sacrebleu),
-overall and by source length.
+SentencePiece (byte fallback: characters unseen in training still round-trip) the models are
+cached in `<data_dir>/attnlab_sentencepiece/` and saved into the workdir with the vocabularies.
+Scores: corpus BLEU and chrF of detokenized output (sacrebleu), overall and by source length in
+words (0-9, ..., 50+).
 
 COMMAND: python -m attnlab.main --config=configs/parallel_text.py --workdir=runs/mytext \
   --config.task.train_files="('train.de','train.en')" \

@@ -2,8 +2,8 @@
 
 4-layer LSTM encoder and decoder with 1000 units and 1000-dim embeddings, dropout 0.2, global
 attention with the `general` score and input feeding (Luong, Pham & Manning 2015), over
-SentencePiece subwords (32,000 per side, trained on an evenly spaced sample of at most 1M
-training sentences), beam search 5, BLEU/chrF with sacrebleu on detokenized output
+SentencePiece subwords (32,000 per side with byte fallback, trained on an evenly spaced sample
+of at most 1M training sentences), beam search 5, BLEU/chrF with sacrebleu on detokenized output
 (newstest2013 = eval, newstest2014 = test). For users with internet (TFDS downloads WMT and
 prepares it as array_record, ~4.5M pairs) and accelerators; here it is only tested under
 `tfds.testing.mock_data`.

@@ -1,11 +1,14 @@
 """Synthetic sources, vocabularies and the task registry."""
 
 import collections
+import importlib
+import os
 import string
 
 import pytest
 
-from attnlab.data import SyntheticTask, Vocab, load_task
+from attnlab import config as config_lib
+from attnlab.data import DataError, SyntheticTask, Vocab, load_task, synthetic, tasks
 from attnlab.data.synthetic import TASKS
 from attnlab.models import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from configs.base import get_config
@@ -223,9 +226,41 @@ def test_load_task_errors_list_choices():
   config = get_config()
   config.task.name = 'copyy'
   with pytest.raises(
-      ValueError, match='addition, cmudict_g2p, copy, dates, parallel_text, reverse, sort, wmt14'
+      DataError,
+      match='addition, bible, cmudict_g2p, copy, dates, parallel_text, reverse, sort, wmt14'
   ):
     load_task(config)
   config.task.name = 'copy'
   with pytest.raises(ValueError, match='train, eval, test'):
     load_task(config).split('dev')
+
+
+def test_config_validation_reads_the_task_registry(monkeypatch):
+  """task.name is checked against tasks.BUILDERS before anything is built or compiled."""
+  config = get_config()
+  config.task.name = 'copyy'
+  with pytest.raises(config_lib.ConfigError, match=r"task.name='copyy' is not valid; choose "
+                     'from addition, bible, cmudict_g2p, copy, dates, parallel_text, reverse'):
+    config_lib.parse(config)
+  monkeypatch.setitem(tasks.BUILDERS, 'copyy', tasks.BUILDERS['copy'])
+  assert config_lib.parse(config).task.name == 'copyy'  # one registry: adding a task is enough
+  assert set(tasks.REAL_TASKS) <= set(tasks.BUILDERS)
+  assert set(synthetic.TASKS) <= set(tasks.BUILDERS)
+
+
+@pytest.mark.parametrize('name', sorted(tasks.REAL_TASKS))
+def test_every_real_task_module_has_a_builder(name):
+  module = importlib.import_module(f'attnlab.data.{tasks.REAL_TASKS[name]}')
+  assert callable(module.build_task)
+
+
+def test_default_data_dir_is_tfds_default(monkeypatch):
+  import tensorflow_datasets as tfds
+
+  monkeypatch.delenv('TFDS_DATA_DIR', raising=False)
+  config = get_config()
+  assert tasks.data_dir(config) == os.path.expanduser(tfds.core.constants.DATA_DIR)
+  monkeypatch.setenv('TFDS_DATA_DIR', '/elsewhere')
+  assert tasks.data_dir(config) == '/elsewhere'
+  config.task.data_dir = '~/mine'
+  assert tasks.data_dir(config) == os.path.expanduser('~/mine')

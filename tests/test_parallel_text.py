@@ -1,17 +1,21 @@
 """Parallel text: file formats, bad input, tokenizers (SentencePiece included), BLEU/chrF."""
 
 import os
+import subprocess
+import sys
 
 import pytest
 import sacrebleu
 
 from attnlab import config as config_lib
-from attnlab.data import load_task, parallel_text
+from attnlab import errors, metrics
+from attnlab.data import load_task, parallel_text, translation
 from attnlab.data.sentencepiece_vocab import (
   SentencePieceVocab,
   load_vocab,
   train_sentencepiece,
 )
+from attnlab.data.tasks import DataError
 from attnlab.data.vocab import Vocab
 from attnlab.models import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from configs import parallel_text as parallel_text_config
@@ -61,30 +65,34 @@ def test_empty_and_too_long_pairs_are_dropped_and_counted(tmp_path):
   assert kept == [('a b', 'c d', 1), ('ok', 'y' * 10, 6), ('e', 'f', 7)]
 
 
-def test_bad_input_names_file_and_line(tmp_path):
+def test_bad_input_is_a_user_error_naming_file_and_line(tmp_path):
+  """Each mistake a user can fix is a DataError (a UserError: the CLI prints one line)."""
+  assert issubclass(DataError, errors.UserError)
   missing = str(tmp_path / 'nope.tsv')
-  with pytest.raises(FileNotFoundError, match='task.train_files: file .*nope.tsv'):
+  with pytest.raises(DataError, match='task.train_files: file .*nope.tsv'):
     parallel_text.ParallelText((missing,), max_chars=10, key='task.train_files')
   bad = write(tmp_path / 'bad.de', 'gut\nnicht \xff gut\n'.encode('latin-1'))
-  with pytest.raises(ValueError, match=r'bad.de:2: .*not valid UTF-8'):
+  with pytest.raises(DataError, match=r'bad.de:2: .*not valid UTF-8'):
     parallel_text.ParallelText((bad, write(tmp_path / 'ok.en', 'good\nnot good\n')), max_chars=99)
   src, tgt = write(tmp_path / 'a.de', 'a\nb\nc\n'), write(tmp_path / 'a.en', 'a\nb\n')
-  with pytest.raises(ValueError, match=r'a.de has 3 lines but .*a.en has 2'):
+  with pytest.raises(DataError, match=r'a.de has 3 lines but .*a.en has 2; .*a.de:3 is the first'):
     parallel_text.ParallelText((src, tgt), max_chars=99)
   tabs = write(tmp_path / 't.tsv', 'a\tb\nc\td\te\n')
-  with pytest.raises(ValueError, match=r't.tsv:2: expected source<TAB>target, found 2 tabs'):
+  with pytest.raises(DataError, match=r't.tsv:2: expected source<TAB>target, found 2 tabs'):
     parallel_text.ParallelText((tabs,), max_chars=99)
+  with pytest.raises(DataError, match=r'missing.tsv'):
+    parallel_text.read_pairs((str(tmp_path / 'missing.tsv'),), 'task.eval_files')
 
 
 def test_word_and_char_vocabularies_come_from_training_text():
   texts = ['b a a', 'c a b']
-  word = parallel_text.make_vocab(texts, 'word', 2)
+  word = translation.make_vocab(texts, 'word', 2)
   assert word.symbols == ('a', 'b')  # the 2 most frequent; 'c' becomes UNK
   assert word.encode('a c') == [word.id_of('a'), UNK_ID, EOS_ID]
-  char = parallel_text.make_vocab(texts, 'char', 100)
+  char = translation.make_vocab(texts, 'char', 100)
   assert set(char.symbols) == set('abc ')
   with pytest.raises(ValueError, match='choose from char, word, sentencepiece'):
-    parallel_text.make_vocab(texts, 'bpe', 10)
+    translation.make_vocab(texts, 'bpe', 10)
 
 
 def corpus(n=300):
@@ -94,9 +102,9 @@ def corpus(n=300):
 
 def test_sentencepiece_is_deterministic_round_trips_and_saves(tmp_path):
   texts = corpus()
-  vocab = train_sentencepiece(texts, 40)
-  assert vocab == train_sentencepiece(texts, 40)  # same input -> the same model
-  assert vocab.size <= 40
+  vocab = train_sentencepiece(texts, 300)
+  assert vocab == train_sentencepiece(texts, 300)  # same input -> the same model
+  assert vocab.size <= 300
   assert vocab.tokens([BOS_ID, PAD_ID])[0] == '<bos>'
   for text in texts[:20]:
     ids = vocab.encode(text)
@@ -108,10 +116,41 @@ def test_sentencepiece_is_deterministic_round_trips_and_saves(tmp_path):
   assert load_vocab(tmp_path / 'v.json') == vocab
   Vocab.from_symbols('ab').save(tmp_path / 'c.json')
   assert load_vocab(tmp_path / 'c.json') == Vocab.from_symbols('ab')
-  cached = train_sentencepiece(texts, 40, cache_dir=tmp_path / 'cache')
+  cached = train_sentencepiece(texts, 300, cache_dir=tmp_path / 'cache')
   (model,) = os.listdir(tmp_path / 'cache')
   assert cached == vocab and model.endswith('.model')
-  assert train_sentencepiece(texts, 40, cache_dir=tmp_path / 'cache') == vocab
+  assert train_sentencepiece(texts, 300, cache_dir=tmp_path / 'cache') == vocab
+
+
+@pytest.mark.parametrize('unseen', ['%(name)s', 'ü → 日本', 'Ωmega!'])
+def test_sentencepiece_byte_fallback_round_trips_unseen_characters(unseen):
+  """Characters never seen in training become byte pieces, never the unknown piece, and decode
+  back exactly (real UI strings with '%(' came back as '⁇' without byte fallback)."""
+  vocab = train_sentencepiece(corpus(), 300)
+  assert not set('%()ü→日本Ω!') & set(''.join(corpus()))
+  text = f'das haus {unseen} ist klein'
+  ids = vocab.encode(text)
+  assert UNK_ID not in ids
+  assert vocab.decode(ids) == text
+  assert '<0x25>' in vocab.tokens(vocab.encode('%'))  # '%' is byte 0x25
+  # Only NFKC compatibility characters change (SentencePiece's nmt_nfkc normalisation).
+  assert vocab.decode(vocab.encode('ﬁne ⁇')) == 'fine ??'
+
+
+def test_sentencepiece_too_small_for_byte_fallback_names_the_key():
+  with pytest.raises(DataError, match=r'vocab_size=64 must exceed the 256 byte pieces.*'
+                     'task.text_vocab_size'):
+    train_sentencepiece(corpus(), 64)
+  with pytest.raises(DataError, match=r'smaller than the 2\d\d pieces it needs.*text_vocab_size'):
+    train_sentencepiece(corpus(), 265)
+
+
+def test_plain_text_corpora_and_the_task_registry_do_not_import_tfds_or_jax():
+  """A fresh process: plain text and the registry (read by config validation) stay light."""
+  code = ('import sys, attnlab.data.parallel_text, attnlab.data.tasks; '
+          'print(sorted(m for m in ("tensorflow_datasets", "jax", "grain") if m in sys.modules))')
+  out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True)
+  assert out.stdout.strip() == '[]'
 
 
 def make_config(tmp_path, tokenizer='word', **files):
@@ -142,19 +181,19 @@ def test_task_scores_detokenized_output_with_sacrebleu(tmp_path):
   refs = [test[i]['target'] for i in range(3)]
   assert out['bleu'] == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs]).score)
   assert out['chrf'] == pytest.approx(sacrebleu.corpus_chrf(hyps, [refs]).score)
-  lengths = [len(task.source_vocab.encode(test[i]['source'])) - 1 for i in range(3)]
-  buckets = out['bleu_by_length']
-  assert [b['bucket'] for b in buckets] == [f'{k}-{k + 9}' for k in range(0, 10 * len(buckets), 10)]
-  assert [b['count'] for b in buckets] == [
-    sum(n // 10 == k for n in lengths) for k in range(max(lengths) // 10 + 1)
+  # BLEU by source length in words (Bahdanau et al. 2015, Fig. 2): the 3 sources have 4
+  # words each, so all sit in the first bucket, whose BLEU is the corpus BLEU.
+  assert [len(test[i]['source'].split()) for i in range(3)] == [4, 4, 4]
+  assert out['bleu_by_length'] == [
+    {'bucket': '0-9', 'count': 3, 'bleu': pytest.approx(out['bleu'])},
+    *({'bucket': name, 'count': 0, 'bleu': None}
+      for name in ('10-19', '20-29', '30-39', '40-49', '50+')),
   ]
-  full = [b for b in buckets if b['count'] == 3]
-  assert not full or full[0]['bleu'] == pytest.approx(out['bleu'])
 
 
 def test_task_requires_every_split_and_valid_fields(tmp_path):
   c = make_config(tmp_path, test=())
-  with pytest.raises(ValueError, match=r'task.test_files is empty'):
+  with pytest.raises(DataError, match=r'task.test_files is empty'):
     load_task(c)
   c = make_config(tmp_path)
   with c.unlocked():
@@ -174,3 +213,23 @@ def test_word_task_vocab_ignores_eval_only_words(tmp_path):
   assert 'unbekannt' not in task.source_vocab.symbols
   assert task.source_vocab.encode('unbekannt haus')[0] == UNK_ID
   assert task.split('eval')[0]['target'] == 'unknown word'
+
+
+def test_bleu_by_length_scores_each_word_bucket_as_its_own_corpus():
+  """Bahdanau et al. 2015, Fig. 2: corpus BLEU of the sentences whose source has 0-9, 10-19,
+  ..., 50+ words; each bucket equals sacrebleu on that subset alone."""
+  hyps = ['the cat sat', 'a dog barks here', 'the house is big now', 'x']
+  refs = ['the cat sat', 'the dog barks here', 'the house is small now', 'y']
+  words = [3, 12, 55, 19]
+  buckets = metrics.bleu_by_length(hyps, refs, words, translation.BLEU_LENGTH_EDGES)
+  assert [b['bucket'] for b in buckets] == ['0-9', '10-19', '20-29', '30-39', '40-49', '50+']
+  assert [b['count'] for b in buckets] == [1, 2, 0, 0, 0, 1]
+  assert buckets[1]['bleu'] == pytest.approx(
+    sacrebleu.corpus_bleu([hyps[1], hyps[3]], [[refs[1], refs[3]]]).score)
+  assert buckets[5]['bleu'] == pytest.approx(sacrebleu.corpus_bleu([hyps[2]], [[refs[2]]]).score)
+  assert buckets[0]['bleu'] == pytest.approx(sacrebleu.corpus_bleu([hyps[0]], [[refs[0]]]).score)
+  assert buckets[2]['bleu'] is None
+  with pytest.raises(ValueError, match='3 lengths for 4 hypotheses'):
+    metrics.bleu_by_length(hyps, refs, words[:3], translation.BLEU_LENGTH_EDGES)
+  with pytest.raises(ValueError, match='length -1 is outside'):
+    metrics.bleu_by_length(hyps, refs, [-1, 1, 2, 3], translation.BLEU_LENGTH_EDGES)

@@ -10,6 +10,7 @@ from attnlab import config as config_lib
 from attnlab import train
 from attnlab.data import load_task
 from attnlab.data.sentencepiece_vocab import SentencePieceVocab, load_vocab
+from attnlab.data.tasks import DataError
 from configs import wmt14_de_en, wmt14_en_fr
 
 
@@ -53,17 +54,20 @@ def test_en_fr_reads_the_fr_en_builder_in_the_right_direction(tmp_path):
   assert task.name == 'wmt14_translate/en-fr'
   assert read == [('wmt14_translate', 'fr-en', 'train'), ('wmt14_translate', 'fr-en', 'validation')]
   assert 'ç' in task.target_vocab.decode(task.target_vocab.encode('français'))
+  # Byte fallback: characters unseen in training round-trip instead of becoming '⁇'.
+  for vocab in (task.source_vocab, task.target_vocab):
+    assert vocab.decode(vocab.encode('%(count)d → 5€')) == '%(count)d → 5€'
 
 
 def test_language_pairs_are_checked(tmp_path):
   c = smoke(wmt14_de_en, tmp_path)
   with c.unlocked():
     c.task.source_language = 'xx'
-  with pytest.raises(ValueError, match='task.source_language=.*choose from .*de'):
+  with pytest.raises(DataError, match='task.source_language=.*choose from .*de'):
     load_task(c)
   with c.unlocked():
     c.task.source_language, c.task.target_language = 'de', 'fr'
-  with pytest.raises(ValueError, match='no pair de->fr; choose a direction of .*de-en'):
+  with pytest.raises(DataError, match='no pair de->fr; choose a direction of .*de-en'):
     load_task(c)
 
 

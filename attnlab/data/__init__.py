@@ -5,26 +5,30 @@ train = train_batches(config, task)            # endless, sharded, resumable: ge
 for batch in eval_batches(task.split('eval'), task.source_vocab, task.target_vocab,
                           config.data.global_batch_size, bucket_size=config.data.bucket_size):
   ...
+
+Names are resolved on first use (PEP 562), so importing a light submodule (`tasks`, read by
+config validation; `parallel_text`) does not import grain and JAX with the pipeline.
 """
 
-from attnlab.data.pipeline import (
-  TrainBatches,
-  eval_batches,
-  eval_batches_from_source,
-  train_batches,
-)
-from attnlab.data.synthetic import SyntheticTask
-from attnlab.data.tasks import BUILDERS, Task, load_task
-from attnlab.data.vocab import Vocab
+import importlib
 
-__all__ = [
-  'BUILDERS',
-  'SyntheticTask',
-  'Task',
-  'TrainBatches',
-  'Vocab',
-  'eval_batches',
-  'eval_batches_from_source',
-  'load_task',
-  'train_batches',
-]
+_EXPORTS = {
+  'TrainBatches': 'pipeline',
+  'eval_batches': 'pipeline',
+  'eval_batches_from_source': 'pipeline',
+  'train_batches': 'pipeline',
+  'SyntheticTask': 'synthetic',
+  'BUILDERS': 'tasks',
+  'DataError': 'tasks',
+  'Task': 'tasks',
+  'load_task': 'tasks',
+  'Vocab': 'vocab',
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+  if name in _EXPORTS:
+    return getattr(importlib.import_module(f'attnlab.data.{_EXPORTS[name]}'), name)
+  raise AttributeError(f'module {__name__!r} has no attribute {name!r}')

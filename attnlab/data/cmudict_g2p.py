@@ -36,7 +36,7 @@ import tensorflow_datasets as tfds
 
 from attnlab import metrics
 from attnlab.data import tfds_tasks
-from attnlab.data.tasks import Task
+from attnlab.data.tasks import Task, data_dir
 from attnlab.data.vocab import Vocab
 
 WORD_PATTERN = re.compile(r"[a-z']+")
@@ -173,7 +173,7 @@ def build_task(config: Any, max_words: int = 0) -> Task:
   else:
     builder_config = name
   builder = tfds_tasks.prepared(
-    CmudictG2p(config=builder_config, data_dir=tfds_tasks.data_dir(config))
+    CmudictG2p(config=builder_config, data_dir=data_dir(config))
   )
   fields = {k: k for k in ('source', 'target', 'references')}
   splits, train = tfds_tasks.read_splits_and_train(builder, fields)

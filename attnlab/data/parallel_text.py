@@ -5,42 +5,37 @@ Each split is given by a config field holding one or two paths:
   task.train_files = ('train.de', 'train.en')     two line-aligned files
 and likewise `task.eval_files` and `task.test_files` (all three are required).
 
-Bad input raises an error that names the file and the 1-based line: bytes that are not UTF-8,
-a TSV line without exactly one tab, files of different line counts, a missing file. Pairs with
-an empty side, or a side longer than `task.max_chars` characters, are dropped and counted
-(`ParallelText.dropped`, logged per split). Surrounding whitespace is stripped.
+Bad input raises `DataError` (a UserError: one line) that names the file and the 1-based line:
+bytes that are not UTF-8, a TSV line without exactly one tab, files of different line counts, a
+missing file. Pairs with an empty side, or a side longer than `task.max_chars` characters, are
+dropped and counted (`ParallelText.dropped`, logged per split). Surrounding whitespace is
+stripped.
 
-Tokenization (`task.tokenizer`, the same for both sides, vocabularies built from the training
-split only): 'char' and 'word' keep the `task.text_vocab_size` most frequent symbols per side;
-'sentencepiece' trains a unigram model per side with `task.text_vocab_size` pieces (cached in
+Tokenization (`task.tokenizer`, the same for both sides, vocabularies from the training split
+only, translation.py): 'char' and 'word' keep the `task.text_vocab_size` most frequent symbols
+per side; 'sentencepiece' trains a unigram model with byte fallback per side (cached in
 `<data_dir>/attnlab_sentencepiece/`; train.py saves it into the workdir with the vocabularies).
+Scores: BLEU and chrF of detokenized output, and BLEU by source length in words.
 
-Scores of decoded output: corpus BLEU and chrF (sacrebleu, default 13a tokenization) of the
-detokenized hypotheses against the raw reference lines, overall and by source length.
+Plain text never imports TFDS (only the data dir's default path is shared with it).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from absl import logging
 
-from attnlab import metrics
-from attnlab.data import tfds_tasks
-from attnlab.data.sentencepiece_vocab import SentencePieceVocab, train_sentencepiece
-from attnlab.data.tasks import SPLITS, Task
-from attnlab.data.vocab import Vocab
-
-TOKENIZERS = ('char', 'word', 'sentencepiece')
-BLEU_BUCKET_WIDTH = 10  # source tokens per bucket of `bleu_by_length`
+from attnlab.data import sentencepiece_vocab, translation
+from attnlab.data.tasks import SPLITS, DataError, Task, data_dir
 
 
 def _read_lines(path: str, key: str) -> list[str]:
   """UTF-8 lines of `path` without line endings; errors name the file and line."""
   if not os.path.isfile(path):
-    raise FileNotFoundError(f'{key}: file {path!r} does not exist')
+    raise DataError(f'{key}: file {path!r} does not exist')
   with open(path, 'rb') as f:
     raw = f.read()
   lines = raw.split(b'\n')
@@ -51,7 +46,7 @@ def _read_lines(path: str, key: str) -> list[str]:
     try:
       out.append(line.decode('utf-8').removesuffix('\r'))
     except UnicodeDecodeError as e:
-      raise ValueError(
+      raise DataError(
         f'{path}:{number}: bytes {line[e.start : e.end]!r} at byte {e.start + 1} are not '
         f'valid UTF-8 ({e.reason}); convert the file to UTF-8'
       ) from None
@@ -68,7 +63,7 @@ def read_pairs(paths: Sequence[str], key: str) -> list[tuple[str, str, int]]:
         pairs.append(('', '', number))  # a blank line: an empty pair, dropped and counted
         continue
       if line.count('\t') != 1:
-        raise ValueError(
+        raise DataError(
           f'{paths[0]}:{number}: expected source<TAB>target, found {line.count(chr(9))} tabs'
         )
       source, target = line.split('\t')
@@ -77,12 +72,14 @@ def read_pairs(paths: Sequence[str], key: str) -> list[tuple[str, str, int]]:
   if len(paths) == 2:
     sources, targets = (_read_lines(p, key) for p in paths)
     if len(sources) != len(targets):
-      raise ValueError(
+      longer = paths[0] if len(sources) > len(targets) else paths[1]
+      raise DataError(
         f'{key}: {paths[0]} has {len(sources)} lines but {paths[1]} has {len(targets)}; '
-        'the two files must be line-aligned'
+        f'{longer}:{min(len(sources), len(targets)) + 1} is the first line without a partner '
+        '(the two files must be line-aligned)'
       )
     return [(s, t, n) for n, (s, t) in enumerate(zip(sources, targets, strict=True), start=1)]
-  raise ValueError(f'{key}={paths!r} must hold one TSV path or two aligned paths')
+  raise DataError(f'{key}={paths!r} must hold one TSV path or two aligned paths')
 
 
 class ParallelText:
@@ -110,7 +107,7 @@ class ParallelText:
       max_chars,
     )
     if not self._pairs:
-      raise ValueError(f'{key}: no usable pairs in {", ".join(self.paths)} ({self.dropped})')
+      raise DataError(f'{key}: no usable pairs in {", ".join(self.paths)} ({self.dropped})')
 
   def __len__(self) -> int:
     return len(self._pairs)
@@ -127,77 +124,24 @@ class ParallelText:
     return [pair[position] for pair in self._pairs]
 
 
-def make_vocab(
-  texts: Sequence[str], tokenizer: str, size: int, cache_dir: str | None = None
-) -> Vocab | SentencePieceVocab:
-  """A vocabulary of one side from its training texts (deterministic)."""
-  if tokenizer not in TOKENIZERS:
-    raise ValueError(f'unknown tokenizer {tokenizer!r}; choose from {", ".join(TOKENIZERS)}')
-  if tokenizer == 'sentencepiece':
-    return train_sentencepiece(texts, size, cache_dir)
-  full = Vocab.build(texts, tokenizer)  # most frequent first
-  return Vocab(full.symbols[:size], tokenizer)
-
-
-def translation_metrics(task: Task, split: str, rows: list[dict]) -> dict:
-  """BLEU/chrF of detokenized outputs against the raw target lines, and BLEU by source length."""
-  if not rows:
-    return {}
-  source = task.split(split)
-  hyps = [task.target_vocab.decode(r['hypothesis']) for r in rows]
-  refs = [source[r['index']]['target'] for r in rows]
-  out = metrics.bleu_chrf(hyps, refs)
-  lengths = [len(task.source_vocab.encode(source[r['index']]['source'])) - 1 for r in rows]
-  buckets = []
-  for k in range(max(lengths) // BLEU_BUCKET_WIDTH + 1):
-    lo, hi = k * BLEU_BUCKET_WIDTH, (k + 1) * BLEU_BUCKET_WIDTH
-    chosen = [i for i, n in enumerate(lengths) if lo <= n < hi]
-    bleu = None
-    if chosen:
-      bleu = metrics.bleu_chrf([hyps[i] for i in chosen], [refs[i] for i in chosen])['bleu']
-    buckets.append({'bucket': f'{lo}-{hi - 1}', 'count': len(chosen), 'bleu': bleu})
-  out['bleu_by_length'] = buckets
-  return out
-
-
-def translation_task(
-  name: str, source_vocab, target_vocab, splits: Mapping[str, Callable[[], Any]]
-) -> Task:
-  """A Task whose decoded output is scored by `translation_metrics`."""
-  task = Task(
-    name,
-    source_vocab,
-    target_vocab,
-    splits,
-    decoded_metrics=lambda split, rows: translation_metrics(task, split, rows),
-  )
-  return task
-
-
 def build_task(config: Any) -> Task:
   """The `parallel_text` task from `config.task` (files, tokenizer, sizes, data_dir)."""
   t = config.task
   for split in SPLITS:
     if not getattr(t, f'{split}_files'):
-      raise ValueError(
+      raise DataError(
         f'task.{split}_files is empty; set it to (path.tsv,) or (source_path, target_path)'
       )
   splits = {
     s: ParallelText(getattr(t, f'{s}_files'), max_chars=t.max_chars, key=f'task.{s}_files')
     for s in SPLITS
   }
-  cache = tfds_tasks.sentencepiece_cache(config) if t.tokenizer == 'sentencepiece' else None
+  cache = sentencepiece_vocab.cache_dir(data_dir(config))
   train = splits['train']
-  step = max(1, -(-len(train) // tfds_tasks.MAX_SENTENCEPIECE_SENTENCES))
   source_vocab, target_vocab = (
-    make_vocab(
-      train.column(side)[::step] if cache else train.column(side),
-      t.tokenizer,
-      t.text_vocab_size,
-      cache,
-    )
+    translation.make_vocab(train.column(side), t.tokenizer, t.text_vocab_size, cache)
     for side in ('source', 'target')
   )
-  return translation_task(
+  return translation.translation_task(
     'parallel_text', source_vocab, target_vocab, {s: (lambda x=x: x) for s, x in splits.items()}
   )

@@ -6,9 +6,16 @@ The model is trained on the training side of a corpus with the special ids of at
 (`source_vocab.json` / `target_vocab.json`), so a run directory always holds its tokenizer;
 `load_vocab` reads either kind of vocabulary file back.
 
+Byte fallback is on: a character unseen in training is encoded as its UTF-8 bytes (256 byte
+pieces are part of every model), so no input ever becomes the unknown piece and every output
+decodes to text. The price is a vocabulary of at least 256 + 4 + (characters of the text).
+Text is NFKC-normalised first (SentencePiece's default `nmt_nfkc`), so compatibility characters
+come back in their normal form ('ﬁ' -> 'fi', '⁇' -> '??'); all other text round-trips.
+
 Training is deterministic for the same sentences and options: the thread count is fixed
-(SentencePiece's result depends on it) and callers pass an explicit, deterministic sample.
-Trained models are cached under a content hash, so a resumed run reuses the same model.
+(SentencePiece's result depends on it) and callers pass an explicit, deterministic sample
+(`evenly_spaced`). Trained models are cached under a content hash in `cache_dir(data_dir)`, so
+a resumed run reuses the same model.
 """
 
 from __future__ import annotations
@@ -18,16 +25,31 @@ import hashlib
 import io
 import json
 import os
+import re
 from collections.abc import Iterable, Sequence
 
 import sentencepiece as spm
 
+from attnlab.data.tasks import DataError
 from attnlab.data.vocab import SPECIAL_TOKENS, Vocab
 from attnlab.models import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 MODE = 'sentencepiece'
 TRAIN_THREADS = 4  # fixed: SentencePiece's output depends on the number of threads
 MODEL_TYPE = 'unigram'
+NUM_BYTE_PIECES = 256  # byte fallback: one piece per byte value
+MAX_TRAINING_SENTENCES = 1_000_000  # larger corpora train on an evenly spaced sample
+CACHE_SUBDIR = 'attnlab_sentencepiece'
+
+
+def cache_dir(data_dir: str) -> str:
+  """Where trained models are cached: `<data_dir>/attnlab_sentencepiece`."""
+  return os.path.join(data_dir, CACHE_SUBDIR)
+
+
+def evenly_spaced(texts: Sequence[str], limit: int = MAX_TRAINING_SENTENCES) -> Sequence[str]:
+  """Every k-th text, with k the smallest step leaving at most `limit` (deterministic)."""
+  return texts[:: max(1, -(-len(texts) // limit))]
 
 
 class SentencePieceVocab:
@@ -123,13 +145,17 @@ def train_sentencepiece(
 
   Args:
     sentences: training text, one sentence per item (empty ones are skipped).
-    vocab_size: pieces including the 4 special tokens; an upper bound (a small corpus may give
-      fewer pieces rather than fail).
+    vocab_size: pieces including the 4 special tokens and the 256 byte pieces; an upper bound
+      (a small corpus may give fewer pieces rather than fail).
     cache_dir: if set, the model is stored there as `<sha256 of sentences and options>.model`
       and reused by later calls with the same input.
   """
-  if vocab_size <= len(SPECIAL_TOKENS):
-    raise ValueError(f'vocab_size={vocab_size} must exceed the {len(SPECIAL_TOKENS)} specials')
+  floor = NUM_BYTE_PIECES + len(SPECIAL_TOKENS)
+  if vocab_size <= floor:
+    raise DataError(
+      f'SentencePiece vocab_size={vocab_size} must exceed the {NUM_BYTE_PIECES} byte pieces and '
+      f'{len(SPECIAL_TOKENS)} specials ({floor}); raise task.text_vocab_size'
+    )
   sentences = [s for s in sentences if s.strip()]
   if not sentences:
     raise ValueError('no non-empty sentences to train a SentencePiece model on')
@@ -143,6 +169,8 @@ def train_sentencepiece(
     hard_vocab_limit=False,
     num_threads=TRAIN_THREADS,
     input_sentence_size=0,  # the caller samples; SentencePiece's own sampling is seeded by time
+    byte_fallback=True,  # unseen characters become byte pieces, never the unknown piece
+    normalization_rule_name='nmt_nfkc',  # SentencePiece's default, named: see the docstring
     minloglevel=2,
   )
   path = None
@@ -155,7 +183,19 @@ def train_sentencepiece(
       with open(path, 'rb') as f:
         return SentencePieceVocab(f.read())
   buffer = io.BytesIO()
-  spm.SentencePieceTrainer.train(sentence_iterator=iter(sentences), model_writer=buffer, **options)
+  try:
+    spm.SentencePieceTrainer.train(
+      sentence_iterator=iter(sentences), model_writer=buffer, **options
+    )
+  except RuntimeError as e:
+    sizes = re.search(r'smaller than required_chars\. (\d+) vs (\d+)', str(e))
+    if not sizes:
+      raise
+    raise DataError(
+      f'SentencePiece vocab_size={vocab_size} is smaller than the {sizes[2]} pieces it needs '
+      f'({NUM_BYTE_PIECES} bytes, {len(SPECIAL_TOKENS)} specials and the characters of the '
+      'training text); raise task.text_vocab_size'
+    ) from None
   vocab = SentencePieceVocab(buffer.getvalue())
   if path:
     os.makedirs(cache_dir, exist_ok=True)

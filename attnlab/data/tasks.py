@@ -1,21 +1,40 @@
 """Tasks: what `config.task.name` means -> vocabularies plus random-access split sources.
 
-`BUILDERS` maps a task name to a builder `(config) -> Task`; real datasets (TFDS builders read
-with `tfds.data_source`) are added by registering one more builder. A split source is any
-object with `__len__` and `__getitem__(i) -> {'source': str, 'target': str, 'index': i}`.
+`BUILDERS` is the one registry of task names: it maps each name to a builder `(config) -> Task`.
+Synthetic tasks come from `synthetic.TASKS`; each real dataset is a module of attnlab.data with
+a `build_task(config)`, listed in `REAL_TASKS` and imported only when its task is built, so this
+module (read by config validation) costs no TFDS, SentencePiece or JAX import. A split source is
+any object with `__len__` and `__getitem__(i) -> {'source': str, 'target': str, 'index': i}`.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
+import os
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from attnlab.data import synthetic
 from attnlab.data.vocab import Vocab
+from attnlab.errors import UserError
 
 SPLITS = synthetic.SPLITS
+# Real datasets: task name -> the module of attnlab.data whose `build_task(config)` builds it.
+REAL_TASKS = {
+  'bible': 'bible',
+  'cmudict_g2p': 'cmudict_g2p',
+  'dates': 'dates',
+  'parallel_text': 'parallel_text',
+  'wmt14_translate': 'wmt',
+}
+# TFDS's own default (tensorflow_datasets.core.constants.DATA_DIR; a test keeps them equal),
+# here so that plain-text corpora find their SentencePiece cache without importing TFDS.
+TFDS_DEFAULT_DATA_DIR = '~/tensorflow_datasets'
+
+
+class DataError(UserError):
+  """Input data a user can fix: a bad or missing file (named with its line), a missing corpus."""
 
 
 class Source(Protocol):
@@ -88,6 +107,12 @@ class Task:
     return f'Task({self.name!r}, splits={self.split_names}, vocab={self.target_vocab.size})'
 
 
+def data_dir(config: Any) -> str:
+  """`config.task.data_dir`, or TFDS's default ($TFDS_DATA_DIR, else ~/tensorflow_datasets)."""
+  path = config.task.data_dir or os.environ.get('TFDS_DATA_DIR') or TFDS_DEFAULT_DATA_DIR
+  return os.path.expanduser(path)
+
+
 def _synthetic(name: str, config: Any) -> Task:
   t = config.task
   spec = synthetic.get_spec(name)
@@ -109,20 +134,15 @@ def _synthetic(name: str, config: Any) -> Task:
   return Task(name, vocab, vocab, splits, alignment=lambda ex: spec.align(ex['source']))
 
 
-def _real(module: str, function: str, config: Any) -> Task:
+def _real(module: str, config: Any) -> Task:
   # Imported on use: synthetic runs never import TFDS, Babel, cmudict or SentencePiece.
-  return getattr(importlib.import_module(f'attnlab.data.{module}'), function)(config)
+  return importlib.import_module(f'attnlab.data.{module}').build_task(config)
 
 
 BUILDERS: dict[str, Callable[[Any], Task]] = {
   name: functools.partial(_synthetic, name) for name in synthetic.TASKS
 }
-BUILDERS.update({
-  'cmudict_g2p': functools.partial(_real, 'cmudict_g2p', 'build_task'),
-  'dates': functools.partial(_real, 'dates', 'build_task'),
-  'parallel_text': functools.partial(_real, 'parallel_text', 'build_task'),
-  'wmt14_translate': functools.partial(_real, 'tfds_tasks', 'build_wmt14_task'),
-})
+BUILDERS.update({name: functools.partial(_real, module) for name, module in REAL_TASKS.items()})
 
 
 def load_task(config: Any) -> Task:
@@ -132,5 +152,5 @@ def load_task(config: Any) -> Task:
   """
   name = config.task.name
   if name not in BUILDERS:
-    raise ValueError(f'unknown task.name {name!r}; choose from {", ".join(sorted(BUILDERS))}')
+    raise DataError(f'unknown task.name {name!r}; choose from {", ".join(sorted(BUILDERS))}')
   return BUILDERS[name](config)

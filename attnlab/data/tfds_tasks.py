@@ -1,4 +1,4 @@
-"""TFDS plumbing shared by the real tasks, and the WMT'14 task (TFDS's `wmt14_translate`).
+"""TFDS plumbing shared by the TFDS-backed tasks (cmudict_g2p, dates, bible, wmt14_translate).
 
 Real datasets are TFDS builders prepared as array_record into `config.task.data_dir` ('' = TFDS's
 default, `$TFDS_DATA_DIR` or ~/tensorflow_datasets) and read with `as_data_source`: TensorFlow is
@@ -9,44 +9,22 @@ per record here while bulk reads cost ~30 us, and the pipeline's length pre-pass
 example anyway. Records are read as raw bytes and parsed with TFDS's own copy of the
 tf.train.Example proto, 5x faster than TFDS's generic numpy decoding (50k dates: 3 s, not
 14 s). Attnlab's split names map onto TFDS's: train -> train, eval -> validation, test -> test.
-
-WMT'14 (`task.name = 'wmt14_translate'`, `task.source_language`, `task.target_language`) needs
-internet to download and an accelerator to train; tests use `tfds.testing.mock_data`.
-SentencePiece models (one per side, `task.text_vocab_size` pieces) are trained on an evenly
-spaced sample of at most `MAX_SENTENCEPIECE_SENTENCES` training sentences and cached in
-`<data_dir>/attnlab_sentencepiece/`.
 """
 
 from __future__ import annotations
 
 import functools
-import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import tensorflow_datasets as tfds
-from absl import logging
 from tensorflow_datasets.proto import tf_example_pb2
 
-from attnlab.data.tasks import SPLITS, Task
+from attnlab.data.tasks import SPLITS
 
 TFDS_SPLITS = {'train': 'train', 'eval': 'validation', 'test': 'test'}
 READ_CHUNK = 4096  # records per bulk read
-MAX_SENTENCEPIECE_SENTENCES = 1_000_000
-
-
-def data_dir(config: Any) -> str:
-  """`config.task.data_dir`, or TFDS's default data dir when it is ''."""
-  return os.path.expanduser(config.task.data_dir) if config.task.data_dir else tfds_default_dir()
-
-
-def tfds_default_dir() -> str:
-  return os.path.expanduser(os.environ.get('TFDS_DATA_DIR') or tfds.core.constants.DATA_DIR)
-
-
-def sentencepiece_cache(config: Any) -> str:
-  return os.path.join(data_dir(config), 'attnlab_sentencepiece')
 
 
 def _python(value: Any) -> Any:
@@ -157,44 +135,3 @@ def read_splits_and_train(
   train = splits['train']()
   splits['train'] = lambda: train
   return splits, train
-
-
-def _wmt14_pairs() -> tuple[str, ...]:
-  from tensorflow_datasets.translate import wmt14  # Registers wmt14_translate with TFDS.
-
-  return tuple(c.name for c in wmt14.Wmt14Translate.BUILDER_CONFIGS)
-
-
-def build_wmt14_task(config: Any) -> Task:
-  """`wmt14_translate/<xx>-en` from `task.source_language` -> `task.target_language`."""
-  from attnlab.data import parallel_text  # Deferred: parallel_text imports this module.
-
-  t = config.task
-  pairs = _wmt14_pairs()
-  languages = sorted({lang for p in pairs for lang in p.split('-')})
-  for key in ('source_language', 'target_language'):
-    if getattr(t, key) not in languages:
-      raise ValueError(
-        f'task.{key}={getattr(t, key)!r} is not in WMT14; choose from {", ".join(languages)}'
-      )
-  src, tgt = t.source_language, t.target_language
-  pair = f'{src}-{tgt}' if tgt == 'en' else f'{tgt}-{src}'
-  if pair not in pairs:
-    raise ValueError(
-      f'WMT14 has no pair {src}->{tgt}; choose a direction of {", ".join(sorted(pairs))}'
-    )
-  builder = prepared(tfds.builder(f'wmt14_translate/{pair}', data_dir=data_dir(config)))
-  splits, train = read_splits_and_train(builder, {src: 'source', tgt: 'target'})
-  step = max(1, -(-len(train) // MAX_SENTENCEPIECE_SENTENCES))
-  source_vocab, target_vocab = (
-    parallel_text.make_vocab(
-      train.column(side)[::step], 'sentencepiece', t.text_vocab_size, sentencepiece_cache(config)
-    )
-    for side in ('source', 'target')
-  )
-  logging.info(
-    '%s: %d train pairs; vocab %d -> %d', pair, len(train), source_vocab.size, target_vocab.size
-  )
-  return parallel_text.translation_task(
-    f'wmt14_translate/{src}-{tgt}', source_vocab, target_vocab, splits
-  )

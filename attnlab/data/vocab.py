@@ -16,6 +16,8 @@ from attnlab.models import BOS_ID, EOS_ID, NUM_SPECIAL_TOKENS, PAD_ID, UNK_ID
 
 SPECIAL_TOKENS = ('<pad>', '<bos>', '<eos>', '<unk>')
 MODES = ('char', 'word')
+# Tokenizers of text tasks (`task.tokenizer`): these modes, and subwords (sentencepiece_vocab.py).
+TOKENIZERS = (*MODES, 'sentencepiece')
 assert [PAD_ID, BOS_ID, EOS_ID, UNK_ID] == list(range(NUM_SPECIAL_TOKENS))
 
 

@@ -1,0 +1,74 @@
+"""Bible Spanish -> English (RV1909 -> WEB): bi-LSTM encoder, attentional LSTM decoder, beam 5.
+
+The length study of Bahdanau et al. 2015 (Fig. 2) on a real, offline corpus: 31,077 verse
+pairs from the SWORD modules of the Reina-Valera 1909 and the World English Bible
+(attnlab/data/bible.py; split by chapter: train 27,896, eval 1,745, test 1,436; sources of 22.5
+words on average, up to 111). SentencePiece with byte fallback, 2,000 pieces per side (256
+of them bytes). A bidirectional LSTM encoder (128 units per direction) and an LSTM decoder of
+256 units with Luong's global attention (`general` score, input feeding; the `bahdanau`
+variant is RNNsearch's additive score on s_{t-1}, 1.4x the step time), beam search 5.
+Scores: BLEU and chrF (sacrebleu) of detokenized output, and BLEU by source length in words,
+0-9 ... 50+ (`bleu_by_length`, Bahdanau et al. 2015, Fig. 2); the `encdec` variant is the
+no-attention baseline of that figure.
+
+Setup: apt-get install sword-text-sparv sword-text-web (Debian; .ci/run does it), or modules
+from the CrossWire repository (see attnlab/data/bible.py).
+COMMAND: python -m attnlab.main --config=configs/bible.py --workdir=runs/bible
+Expected: not measured yet. Estimated wall time on 2 CPU cores: 60-70 min (2,273,232 parameters;
+4,000 steps at 1.14 CPU-seconds each, measured over 100 steps while other jobs shared the cores
+(0.56-0.85 steps/s on 0.6-1.0 of them): 48-58 min at 65-80% use of both cores, plus ~8 min for
+the beam-5 evaluations of eval (x4) and test, ~3 min preparation and compilation).
+Variants (`configs/bible.py:NAME`):
+  smoke     a tiny model for two steps (tests)
+  bahdanau  RNNsearch's attention: `concat` score, `timing=bahdanau`, no input feeding
+  encdec    the same model without attention (RNNencdec: the decoder starts from the encoder)
+  kjv       English target = King James Version (sword-text-kjv)
+"""
+
+from configs import base
+
+VARIANTS = ('smoke', 'bahdanau', 'encdec', 'kjv')
+
+
+def get_config(arg: str = ''):
+  c = base.get_config()
+  c.task.name = 'bible'
+  c.task.source_module = 'spaRV1909eb'
+  c.task.target_module = 'engWEB2015eb'
+  base.translation(c, text_vocab_size=2000, global_batch_size=64)
+  # 99.8% of the training pairs have at most 96 pieces per side (eval and test keep all).
+  c.data.max_source_length = 96
+  c.data.max_target_length = 96
+  c.data.bucket_size = 16
+  base.luong_lstm_model(c, embed_dim=128, hidden_size=256, dropout=0.3)
+  c.optim.learning_rate = 2e-3
+  c.optim.warmup_steps = 300
+  c.train.num_steps = 4_000  # ~9.2 epochs of the 27,896 training pairs
+  c.train.log_every = 100
+  c.train.eval_every = 1_000
+  c.train.checkpoint_every = 1_000
+  c.eval.beam_size = 5
+  c.eval.max_decode_length = 0  # data.max_target_length, or longer for longer references
+  if arg == 'smoke':
+    base.shrink_translation_for_smoke(c)
+    # 320 pieces on a few books are nearly characters: verses need longer sequences.
+    c.data.max_source_length = 160
+    c.data.max_target_length = 160
+    c.data.bucket_size = 32
+    c.eval.max_decode_length = 32
+    c.eval.max_examples = 8
+  elif arg == 'bahdanau':
+    c.model.attention.score = 'concat'
+    c.model.attention.timing = 'bahdanau'
+    c.model.attention.input_feeding = False
+  elif arg == 'encdec':
+    c.model.attention.timing = 'none'
+    c.model.attention.input_feeding = False
+  elif arg == 'kjv':
+    c.task.target_module = 'engKJV2006eb'
+  elif arg:
+    raise ValueError(
+      f'unknown variant {arg!r} of configs/bible.py; choose from {", ".join(VARIANTS)}'
+    )
+  c.lock()
+  return c
