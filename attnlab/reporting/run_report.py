@@ -8,7 +8,9 @@ Reads RUN_DIR/config.json, final_metrics.json, metrics.jsonl, run_times.jsonl (w
 attnlab.train) and the final test step's attention heatmaps. Writes OUT/README.md (command,
 wall time, parameters, steps, training tokens/s, final metrics per split, breakdowns by source
 length, locale and format), OUT/by_length.png, OUT/learning_curve.png, up to
-`MAX_HEATMAPS` heatmaps in OUT/attention/, and copies of config.json and final_metrics.json.
+`MAX_HEATMAPS` heatmaps in OUT/attention/, copies of config.json and final_metrics.json, and
+OUT/report.html: the README as one self-contained page (reporting/html.py) whose heatmaps,
+drawn from the run's saved weights, show token and weight on hover.
 Wall time: --wall_s, else the sum over RUN_DIR/run_times.jsonl (one line per process run).
 """
 
@@ -24,6 +26,7 @@ import numpy as np
 from absl import app, flags
 from matplotlib.figure import Figure
 
+from attnlab.reporting import html, html_heatmaps
 from attnlab.reporting import plots as report_plots
 from attnlab.reporting import stats as report_stats
 from attnlab.reporting import sweep_report as report
@@ -233,9 +236,12 @@ def write_run_report(
     if table:
       lines += ['', f'## By {name}', ''] + table
   lines += plots(out, result, task, splits)
+  text = '\n'.join(lines) + '\n'
   path = os.path.join(out, 'README.md')
   with open(path, 'w') as f:
-    f.write('\n'.join(lines) + '\n')
+    f.write(text)
+  figures = html_heatmaps.run_figures(result)  # heatmap PNGs -> interactive, from the .npz
+  html.write_html(os.path.join(out, html.FILE_NAME), text, base_dir=out, figures=figures)
   return path
 
 
@@ -246,6 +252,7 @@ def main(argv):
     )
   try:
     print(write_run_report(argv[1], _OUT.value, command=_COMMAND.value, wall_s=_WALL_S.value))
+    print(os.path.join(_OUT.value, html.FILE_NAME))
   except RunReportError as e:
     sys.exit(f'error: {e}')
 

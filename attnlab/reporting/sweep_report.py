@@ -1,4 +1,4 @@
-"""Results of a sweep directory: results.md, results.csv and plots.
+"""Results of a sweep directory: results.md, results.csv, plots and report.html.
 
     python -m attnlab.report runs/score_timing [--metric=auto]
 
@@ -12,7 +12,8 @@ the first, which includes compilation) and wall time per trial. Failed trials ar
 Significance (attnlab/report_stats.py): each variant against the best one of its group by a
 paired bootstrap of per-example exact-match correctness, read from each trial's
 predictions_test.jsonl ({"index": i, "correct": true} per line). Plots
-(attnlab/report_plots.py) go to DIR/plots/.
+(attnlab/report_plots.py) go to DIR/plots/. DIR/report.html (reporting/html.py) is results.md
+as one self-contained page: sortable tables, the plots inline, hoverable attention heatmaps.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import sys
 import numpy as np
 from absl import app, flags
 
+from attnlab.reporting import html, html_heatmaps
 from attnlab.reporting import plots as report_plots
 from attnlab.reporting.stats import (
   BOOTSTRAP_SAMPLES,
@@ -329,7 +331,8 @@ def csv_text(groups: dict[str, list[Variant]], metric: str) -> str:
 
 
 def write_report(workdir: str, metric: str = 'auto', *, plots: bool = True) -> str:
-  """Writes results.md, results.csv and plots/ into `workdir`; returns the results.md path."""
+  """Writes results.md, results.csv, plots/ and report.html (the same, self-contained, with
+  sortable tables and hoverable heatmaps) into `workdir`; returns the results.md path."""
   manifest, groups = collect(workdir)
   written = {}
   if plots:
@@ -339,9 +342,16 @@ def write_report(workdir: str, metric: str = 'auto', *, plots: bool = True) -> s
       )
   with open(os.path.join(workdir, 'results.csv'), 'w') as f:
     f.write(csv_text(groups, metric))
+  text = markdown(manifest, groups, metric, written)
   path = os.path.join(workdir, 'results.md')
   with open(path, 'w') as f:
-    f.write(markdown(manifest, groups, metric, written))
+    f.write(text)
+  figures = {}  # the attention PNG -> the same grid, interactive, where weights were saved
+  for group, variants in groups.items():
+    grid = html_heatmaps.sweep_grid(variants) if 'attention' in written.get(group, {}) else None
+    if grid:
+      figures[written[group]['attention']] = grid
+  html.write_html(os.path.join(workdir, html.FILE_NAME), text, base_dir=workdir, figures=figures)
   return path
 
 
@@ -350,6 +360,7 @@ def main(argv):
     raise app.UsageError('usage: python -m attnlab.report DIR [--metric=auto]')
   try:
     print(write_report(argv[1], _METRIC.value))
+    print(os.path.join(argv[1], html.FILE_NAME))
   except trials_lib.SweepError as e:
     sys.exit(f'error: {e}')
 

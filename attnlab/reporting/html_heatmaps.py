@@ -1,0 +1,129 @@
+"""Interactive attention heatmaps for report.html, drawn from the weights that evaluation saves.
+
+evaluate.py writes attention/<split>_stepNNNNNNN.npz beside the heatmap PNGs, with
+`weights_<i>` [output tokens, source tokens], `source_<i>` and `output_<i>` per example i.
+Each heatmap is an HTML table: one row per output (target) token, one column per source
+token, one cell per weight, coloured with the PNGs' colormap on the same [0, 1] scale. A
+cell's `data-w` is the float32 weight written exactly (shortest repr that reads back to the
+same float32); hovering shows source token, target token and weight (html_assets.JS).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from html import escape
+
+import numpy as np
+from matplotlib import colormaps
+
+from attnlab.reporting import heatmaps
+from attnlab.reporting import plots as report_plots
+from attnlab.sweeps.trials import SEED_KEY
+
+CMAP = 'viridis'  # as attnlab/reporting/heatmaps.py
+_LEGEND_STOPS = 11
+
+
+def colors(weights) -> np.ndarray:
+  """'#rrggbb' per weight, the colormap over [0, 1] (clipped), as the PNG heatmaps."""
+  rgb = colormaps[CMAP](np.clip(np.asarray(weights, np.float64), 0.0, 1.0))[..., :3]
+  codes = np.round(rgb * 255).astype(np.int64)
+  return np.vectorize(lambda r, g, b: f'#{r:02x}{g:02x}{b:02x}')(*np.moveaxis(codes, -1, 0))
+
+
+def exact(weight) -> str:
+  """The float32 `weight` as the shortest decimal that reads back to the same float32."""
+  return np.format_float_positional(np.float32(weight), unique=True, trim='-')
+
+
+def panel(title: str, weights_TxS, source_tokens: Sequence[str], target_tokens: Sequence[str]):
+  """One heatmap: a captioned table with source tokens over the columns, targets on the rows.
+
+  Raises:
+    ValueError: weights not 2-D or not (len(target_tokens), len(source_tokens)).
+  """
+  weights_TxS = heatmaps._check_panel(title, weights_TxS, source_tokens, target_tokens)
+  fill_TxS = colors(weights_TxS)
+  parts = [f'<figure><figcaption>{escape(title)}</figcaption><table class="heatmap"><thead><tr>']
+  parts.append('<th></th>' + ''.join(f'<th>{escape(str(s))}</th>' for s in source_tokens))
+  parts.append('</tr></thead><tbody>')
+  for t, target in enumerate(target_tokens):
+    cells = ''.join(
+      f'<td data-w="{exact(w)}" style="background:{c}"></td>'
+      for w, c in zip(weights_TxS[t], fill_TxS[t], strict=True)
+    )
+    parts.append(f'<tr><th>{escape(str(target))}</th>{cells}</tr>')
+  parts.append('</tbody></table></figure>')
+  return ''.join(parts)
+
+
+def legend() -> str:
+  stops = np.linspace(0.0, 1.0, _LEGEND_STOPS)
+  gradient = ', '.join(colors(stops))
+  return (
+    '<div class="legend"><span>attention weight 0</span>'
+    f'<span class="bar" style="background:linear-gradient(to right, {gradient})"></span>'
+    '<span>1</span></div>'
+  )
+
+
+def grid(panels_html: Sequence[str], ncols: int) -> str:
+  """Panels (from `panel`) in rows of `ncols`, with one colour legend."""
+  style = f'grid-template-columns: repeat({max(ncols, 1)}, max-content)'
+  return (
+    f'<figure><div class="heatmap-grid" style="{style}">{"".join(panels_html)}</div>'
+    f'{legend()}</figure>'
+  )
+
+
+def read_npz(path: str) -> dict[int, tuple[np.ndarray, list[str], list[str]]]:
+  """Example index -> (weights_TxS, source tokens, output tokens) of one saved .npz."""
+  with np.load(path) as data:
+    indices = sorted(int(k.split('_', 1)[1]) for k in data.files if k.startswith('weights_'))
+    return {
+      i: (
+        data[f'weights_{i}'],
+        [str(t) for t in data[f'source_{i}']],
+        [str(t) for t in data[f'output_{i}']],
+      )
+      for i in indices
+    }
+
+
+def sweep_grid(variants: Sequence) -> str | None:
+  """The sweep report's attention grid (plots.plot_attention's trials and examples) as HTML:
+  one column per variant, one row per shared example; None unless every shown trial saved
+  its weights."""
+  chosen = [
+    (label, r)
+    for label, r in report_plots._heatmap_trials(variants)
+    if os.path.isfile(report_plots._npz(r)) or report_plots.final_heatmap_pngs(r)
+  ]
+  if not chosen or not all(os.path.isfile(report_plots._npz(r)) for _, r in chosen):
+    return None
+  examples = [(label, r, read_npz(report_plots._npz(r))) for label, r in chosen]
+  shared = sorted(set.intersection(*(set(e) for _, _, e in examples)))
+  panels = [
+    panel(f'{label}\n#{index} (seed {r.trial.overrides.get(SEED_KEY)})', *e[index])
+    for index in shared[: report_plots.MAX_EXAMPLES]
+    for label, r, e in examples
+  ]
+  return grid(panels, len(examples)) if panels else None
+
+
+def run_figures(result) -> dict[str, str]:
+  """The run report's heatmap images ('attention/<png>' in OUT) -> their interactive HTML,
+  from the final test step's .npz in the run directory (none without it)."""
+  npz = report_plots._npz(result)
+  if not os.path.isfile(npz):
+    return {}
+  examples = read_npz(npz)
+  step = result.final['step']
+  return {
+    os.path.join('attention', os.path.basename(png)): grid(
+      [panel(f'test #{index} (step {step})', *examples[index])], 1
+    )
+    for index, png in report_plots.final_heatmap_pngs(result).items()
+    if index in examples
+  }

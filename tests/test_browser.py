@@ -1,0 +1,166 @@
+"""A real browser opens report.html from disk: headless Chromium driven by selenium.
+
+It sorts a table by clicking headers, hovers a heatmap cell and reads the tooltip, checks that
+the page loaded nothing and logged no error, and saves a screenshot: into docs/report_html.png
+(the README's picture) when ATTNLAB_UPDATE_SCREENSHOTS=1, else into the test's tmp_path.
+Skipped, saying which, when chromium, chromedriver (Debian: chromium, chromium-driver) or
+selenium is missing; .ci/run installs the Debian packages.
+"""
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_report import FINAL_STEP, _name, make_sweep
+
+from attnlab.reporting import sweep_report as report
+
+CHROMIUM = shutil.which('chromium') or shutil.which('chromium-browser')
+CHROMEDRIVER = shutil.which('chromedriver')
+SCREENSHOT = Path(__file__).resolve().parent.parent / 'docs' / 'report_html.png'
+WIDTH = 1440
+FLAGS = (
+  '--headless',
+  '--no-sandbox',
+  '--disable-gpu',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
+  '--no-first-run',
+  '--disable-dev-shm-usage',  # containers often give /dev/shm 64 MB
+)
+# Reverse task: output t copies source S-2-t, then <eos> looks at <eos>. Luong sharper.
+EXAMPLES = (list('7391482'), list('50628'))
+SPREAD = {'luong': 0.45, 'bahdanau': 0.8}
+
+if not CHROMIUM or not CHROMEDRIVER:
+  pytest.skip(
+    'chromium and chromedriver not found (Debian packages chromium, chromium-driver)',
+    allow_module_level=True,
+  )
+webdriver = pytest.importorskip('selenium.webdriver', reason='selenium not installed (.[test])')
+from selenium.webdriver.common.action_chains import ActionChains  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+
+
+def reverse_attention(symbols, spread):
+  """(weights_TxS, source, output): a Gaussian bump on the anti-diagonal, rows summing to 1."""
+  source = symbols + ['<eos>']
+  output = symbols[::-1] + ['<eos>']
+  S = len(source)
+  aligned = [S - 2 - t for t in range(S - 1)] + [S - 1]
+  i = np.arange(S)
+  weights = np.exp(-((i[None, :] - np.array(aligned)[:, None]) ** 2) / (2 * spread**2))
+  return (weights / weights.sum(axis=1, keepdims=True)).astype(np.float32), source, output
+
+
+@pytest.fixture
+def sweep(tmp_path):
+  root = make_sweep(str(tmp_path / 'sweep'))
+  saved = {}
+  for timing, spread in SPREAD.items():
+    for seed in (0, 1):
+      arrays = {}
+      for index, symbols in enumerate(EXAMPLES):
+        weights, source, output = reverse_attention(symbols, spread * (1 + 0.2 * seed))
+        saved[timing, seed, index] = weights, source, output
+        arrays.update(
+          {
+            f'weights_{index}': weights,
+            f'source_{index}': np.array(source),
+            f'output_{index}': np.array(output),
+          }
+        )
+      folder = os.path.join(root, _name(timing, seed), 'attention')
+      np.savez_compressed(os.path.join(folder, f'test_step{FINAL_STEP:07d}.npz'), **arrays)
+  report.write_report(root)
+  return Path(root) / 'report.html', saved
+
+
+@pytest.fixture
+def browser():
+  options = webdriver.ChromeOptions()
+  options.binary_location = CHROMIUM
+  profile = tempfile.mkdtemp(prefix='attnlab-chromium-')
+  for flag in FLAGS + (f'--user-data-dir={profile}', f'--window-size={WIDTH},900'):
+    options.add_argument(flag)
+  options.set_capability('goog:loggingPrefs', {'browser': 'ALL'})
+  driver = webdriver.Chrome(service=webdriver.ChromeService(CHROMEDRIVER), options=options)
+  try:
+    yield driver
+  finally:
+    driver.quit()
+    shutil.rmtree(profile, ignore_errors=True)
+
+
+def _first_column(table):
+  return [
+    row.find_element(By.CSS_SELECTOR, 'td').text
+    for row in table.find_elements(By.CSS_SELECTOR, 'tbody tr')
+  ]
+
+
+def _click(table, header):
+  (th,) = [th for th in table.find_elements(By.CSS_SELECTOR, 'th') if th.text == header]
+  th.click()
+  return th.get_attribute('aria-sort')
+
+
+def test_report_in_a_browser(sweep, browser, tmp_path):
+  path, saved = sweep
+  browser.get(path.as_uri())
+  assert browser.title == 'toy'
+  # The whole page in the viewport, unscrolled: the screenshot shows all of it.
+  height, chrome = browser.execute_script(
+    'return [document.documentElement.scrollHeight, window.outerHeight - window.innerHeight]'
+  )
+  browser.set_window_size(WIDTH, height + chrome)
+
+  table = browser.find_element(By.CSS_SELECTOR, 'table.sortable')
+  assert _first_column(table) == ['timing=luong', 'timing=bahdanau', 'timing=none']
+  # params 1,200 / 1,100 / 800: as text '800' would sort last.
+  assert _click(table, 'params') == 'ascending'
+  assert _first_column(table) == ['timing=none', 'timing=bahdanau', 'timing=luong']
+  assert _click(table, 'params') == 'descending'
+  assert _first_column(table) == ['timing=luong', 'timing=bahdanau', 'timing=none']
+  # attention_entropy 0.6 / 1.1 / '–': the empty cell stays last both ways.
+  assert _click(table, 'attention_entropy') == 'ascending'
+  assert _first_column(table) == ['timing=luong', 'timing=bahdanau', 'timing=none']
+  assert _click(table, 'attention_entropy') == 'descending'
+  assert _first_column(table) == ['timing=bahdanau', 'timing=luong', 'timing=none']
+  assert _click(table, 'wall/trial') == 'ascending'  # 0m30s, 1m10s, 1m45s
+  assert _first_column(table) == ['timing=none', 'timing=luong', 'timing=bahdanau']
+
+  # The second panel is bahdanau's example 0; hover output step t=2 at source position s=3.
+  heatmap = browser.find_elements(By.CSS_SELECTOR, 'table.heatmap')[1]
+  t, s = 2, 3
+  cell = heatmap.find_elements(By.CSS_SELECTOR, 'tbody tr')[t].find_elements(By.CSS_SELECTOR, 'td')[
+    s
+  ]
+  ActionChains(browser).move_to_element(cell).perform()
+  tip = browser.find_element(By.ID, 'tip')
+  WebDriverWait(browser, 5).until(lambda _: tip.is_displayed())
+  weights, source, output = saved['bahdanau', 0, 0]
+  assert tip.text.splitlines() == [
+    f'source {source[s]}',
+    f'target {output[t]}',
+    f'weight {weights[t, s]:.4f}',
+  ]
+  lit = [th.text for th in heatmap.find_elements(By.CSS_SELECTOR, 'th.lit')]
+  assert sorted(lit) == sorted([source[s], output[t]])
+
+  # Self-contained: nothing was fetched, the page's script ran under its policy, no errors.
+  assert browser.execute_script("return performance.getEntriesByType('resource').length") == 0
+  assert browser.execute_script('return document.scripts.length') == 1
+  errors = [e for e in browser.get_log('browser') if e['level'] == 'SEVERE']
+  assert not errors, errors
+
+  update = os.environ.get('ATTNLAB_UPDATE_SCREENSHOTS') == '1'
+  target = SCREENSHOT if update else tmp_path / SCREENSHOT.name
+  target.parent.mkdir(parents=True, exist_ok=True)
+  assert browser.save_screenshot(str(target))
+  assert target.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'

@@ -1,0 +1,353 @@
+"""report.html: self-contained, escaped, sortable tables, heatmap cells equal to saved weights.
+
+Built on the fake sweep of test_report.py and the fake run of test_run_report.py.
+"""
+
+import base64
+import hashlib
+import json
+import os
+import re
+from html.parser import HTMLParser
+
+import numpy as np
+import pytest
+import test_run_report
+from absl import flags
+from absl.testing import flagsaver
+from test_report import FINAL_STEP, _name, make_sweep
+
+from attnlab.reporting import html, html_heatmaps, run_report
+from attnlab.reporting import sweep_report as report
+
+run_dir = test_run_report.run_dir  # the fake finished run (a pytest fixture)
+SCRIPT = '<script>alert(1)</script>'
+
+
+class Page(HTMLParser):
+  """The parts of a report.html that the tests read: tags, scripts, tables, list items."""
+
+  def __init__(self, text: str):
+    super().__init__(convert_charrefs=True)
+    self.tags, self.scripts, self.tables, self.items = [], [], [], []
+    self._text = self._row = None
+    self._caption, self._in_head = '', False
+    self.feed(text)
+    self.close()
+
+  def handle_starttag(self, tag, attrs):
+    attrs = dict(attrs)
+    self.tags.append((tag, attrs))
+    if tag == 'table':
+      self.tables.append(
+        {'class': attrs.get('class'), 'caption': self._caption, 'head': [], 'rows': []}
+      )
+    elif tag == 'thead':
+      self._in_head = True
+    elif tag == 'tr':
+      self._row = []
+    elif tag in ('th', 'td', 'figcaption', 'script', 'li'):
+      self._text, self._attrs = [], attrs
+
+  def handle_data(self, data):
+    if self._text is not None:
+      self._text.append(data)
+
+  def handle_endtag(self, tag):
+    text = ''.join(self._text or [])
+    if tag in ('th', 'td'):
+      self._row.append((text, self._attrs))
+    elif tag == 'tr':
+      table = self.tables[-1]
+      if self._in_head:
+        table['head'] = [t for t, _ in self._row]
+      else:
+        table['rows'].append(self._row)
+    elif tag == 'thead':
+      self._in_head = False
+    elif tag == 'figcaption':
+      self._caption = text
+    elif tag == 'script':
+      self.scripts.append(text)
+    elif tag == 'li':
+      self.items.append(text)
+    if tag in ('th', 'td', 'figcaption', 'script', 'li'):
+      self._text = None
+
+  def of_class(self, name):
+    return [t for t in self.tables if t['class'] == name]
+
+  def images(self):
+    return [a['src'] for tag, a in self.tags if tag == 'img']
+
+
+def _page(path) -> tuple[str, Page]:
+  with open(path, encoding='utf-8') as f:
+    text = f.read()
+  return text, Page(text)
+
+
+def _heatmap(table) -> tuple[list[str], list[str], np.ndarray]:
+  """(source tokens, target tokens, weights_TxS) that a heatmap table shows."""
+  rows = [[text for text, _ in row] for row in table['rows']]
+  weights = [[np.float32(float(a['data-w'])) for _, a in row[1:]] for row in table['rows']]
+  return table['head'][1:], [row[0] for row in rows], np.array(weights, np.float32)
+
+
+def _save_weights(trial_dir, examples):
+  """attention/test_stepNNNNNNN.npz as evaluate.py writes it: index -> (weights, src, out)."""
+  arrays = {}
+  for index, (weights, source, output) in examples.items():
+    arrays[f'weights_{index}'] = np.asarray(weights, np.float32)
+    arrays[f'source_{index}'] = np.array(source, dtype=str)
+    arrays[f'output_{index}'] = np.array(output, dtype=str)
+  path = os.path.join(trial_dir, 'attention', f'test_step{FINAL_STEP:07d}.npz')
+  np.savez_compressed(path, **arrays)
+
+
+def _random_weights(seed, shape):
+  weights = np.random.default_rng(seed).random(shape).astype(np.float32)
+  return weights / weights.sum(axis=1, keepdims=True)
+
+
+@pytest.mark.parametrize(
+  'cell, key',
+  [
+    ('0.875 ± 0.177', 0.875),
+    ('1,234,567', 1234567.0),
+    ('27.41%', 27.41),
+    ('<0.0005', 0.0005),
+    ('-1.000 [-1.000, -1.000]', -1.0),
+    ('+0.250 [+0.000, +0.500]', 0.25),
+    ('2e-05', 2e-05),
+    ('0m30s', 30.0),
+    ('1m45s', 105.0),
+    ('1h02m03s', 3723.0),  # 3600 + 120 + 3
+    ('10-14', 10.0),  # a source-length bucket sorts by its start
+    ('1/2 (1 failed)', 1.0),  # seeds: finished first
+    ('timing=luong', None),
+    ('best', None),
+    ('–', None),
+    ('', None),
+  ],
+)
+def test_sort_key_reads_the_number_a_cell_starts_with(cell, key):
+  assert html.sort_key(cell) == key
+
+
+def test_sweep_page_is_self_contained(tmp_path):
+  root = make_sweep(str(tmp_path))
+  report.write_report(root)
+  text, page = _page(os.path.join(root, 'report.html'))
+  assert 'http://' not in text and 'https://' not in text  # base64 has no ':', so no URL
+  assert not [t for t, _ in page.tags if t in ('link', 'iframe', 'object', 'embed', 'base')]
+  assert not [a for t, a in page.tags if t == 'script' and 'src' in a]
+  assert all(not re.match(r'\s*(\w+:|//)', a['href']) for t, a in page.tags if 'href' in a)
+  # The metric, by_length and curves PNGs, byte for byte; the attention PNG became HTML.
+  plots = [
+    os.path.join(root, 'plots', f'reverse-{k}.png') for k in ('metric', 'by_length', 'curves')
+  ]
+  prefix = 'data:image/png;base64,'
+  assert all(src.startswith(prefix) for src in page.images())
+  assert [base64.b64decode(src[len(prefix) :]) for src in page.images()] == [
+    open(p, 'rb').read() for p in plots
+  ]
+  # The browser runs the one inline script only: its hash is the policy's script-src.
+  (script,) = page.scripts
+  (policy,) = [
+    a['content'] for t, a in page.tags if a.get('http-equiv') == 'Content-Security-Policy'
+  ]
+  digest = base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()
+  assert policy.startswith("default-src 'none'; img-src data:;")
+  assert f"script-src 'sha256-{digest}'" in policy
+
+
+def test_strings_from_data_are_escaped(tmp_path):
+  root = make_sweep(str(tmp_path))
+  luong = os.path.join(root, _name('luong', 0))
+  _save_weights(
+    luong, {0: (_random_weights(0, (3, 4)), [SCRIPT, 'b', '"&', '<eos>'], ['<b>', 'c', 'a'])}
+  )
+  with open(os.path.join(root, _name('none', 1), 'sweep_status.json'), 'w') as f:
+    json.dump({'status': 'failed', 'wall_s': 5.0, 'error': f'ValueError: {SCRIPT}'}, f)
+  report.write_report(root)
+  text, page = _page(os.path.join(root, 'report.html'))
+  assert text.count('<script') == 1 and '<b>' not in text  # the page's own script only
+  assert '&lt;script&gt;alert(1)&lt;/script&gt;' in text
+  source, target, _ = _heatmap(page.of_class('heatmap')[0])
+  assert source == [SCRIPT, 'b', '"&', '<eos>'] and target == ['<b>', 'c', 'a']
+  assert f'timing=none,seed=1: ValueError: {SCRIPT}' in page.items
+
+
+def test_tables_sort_numbers_as_numbers(tmp_path):
+  root = make_sweep(str(tmp_path))
+  report.write_report(root, plots=False)
+  _, page = _page(os.path.join(root, 'report.html'))
+  (table,) = page.of_class('sortable')
+  assert table['head'] == [
+    'variant',
+    'seeds',
+    'sequence_accuracy',
+    'Δ vs best [95% CI]',
+    'p',
+    'attention_entropy',
+    'alignment_error_rate',
+    'params',
+    'tokens/s',
+    'wall/trial',
+  ]
+  assert [row[0][0] for row in table['rows']] == ['timing=luong', 'timing=bahdanau', 'timing=none']
+  none = {h: a.get('data-sort') for h, (_, a) in zip(table['head'], table['rows'][2], strict=True)}
+  # '1/2 (1 failed)', '0.000', '-1.000 [...]', '<0.0005', '–', '–', '800', '1,500', '0m30s'
+  assert none == {
+    'variant': None,
+    'seeds': '1.0',
+    'sequence_accuracy': '0.0',
+    'Δ vs best [95% CI]': '-1.0',
+    'p': '0.0005',
+    'attention_entropy': None,
+    'alignment_error_rate': None,
+    'params': '800.0',
+    'tokens/s': '1500.0',
+    'wall/trial': '30.0',
+  }
+  assert [a.get('data-sort') for _, a in table['rows'][0]][3] is None  # 'best'
+
+
+def test_heatmap_cells_are_the_saved_weights(tmp_path):
+  root = make_sweep(str(tmp_path))
+  saved = {}
+  for k, timing in enumerate(('luong', 'bahdanau')):
+    for seed in (0, 1):
+      examples = {
+        i: (
+          _random_weights(10 * k + 3 * seed + i, (3 + i, 5)),
+          ['x', 'y', 'z', 'w', '<eos>'],
+          ['o', 'p', 'q', 'r'][: 3 + i],
+        )
+        for i in (0, 1, 2)
+      }
+      _save_weights(os.path.join(root, _name(timing, seed)), examples)
+      saved[timing, seed] = examples
+  report.write_report(root)
+  _, page = _page(os.path.join(root, 'report.html'))
+  tables = page.of_class('heatmap')
+  # Rows: the first MAX_EXAMPLES=2 shared examples; columns: variants, seed 0 (shared).
+  assert [t['caption'] for t in tables] == [
+    'timing=luong\n#0 (seed 0)',
+    'timing=bahdanau\n#0 (seed 0)',
+    'timing=luong\n#1 (seed 0)',
+    'timing=bahdanau\n#1 (seed 0)',
+  ]
+  for table, (timing, index) in zip(
+    tables, [('luong', 0), ('bahdanau', 0), ('luong', 1), ('bahdanau', 1)], strict=True
+  ):
+    weights, source, output = saved[timing, 0][index]
+    shown_source, shown_target, shown = _heatmap(table)
+    assert (shown_source, shown_target) == (source, output)
+    np.testing.assert_array_equal(shown, weights)  # exact float32
+    colours = [[a['style'] for _, a in row[1:]] for row in table['rows']]
+    assert colours == [[f'background:{c}' for c in row] for row in html_heatmaps.colors(weights)]
+
+
+def test_viridis_ends_and_middle():
+  # Published viridis colours at 0, 0.5 and 1 (matplotlib's _cm_listed); weights clip to [0, 1].
+  assert list(html_heatmaps.colors([0.0, 0.5, 1.0, 1.5])) == [
+    '#440154',
+    '#21918c',
+    '#fde725',
+    '#fde725',
+  ]
+
+
+def test_saved_pngs_stand_in_without_weights(tmp_path):
+  root = make_sweep(str(tmp_path), npz=False)
+  report.write_report(root)
+  _, page = _page(os.path.join(root, 'report.html'))
+  assert not page.of_class('heatmap')
+  with open(os.path.join(root, 'plots', 'reverse-attention.png'), 'rb') as f:
+    attention = base64.b64encode(f.read()).decode()
+  assert page.images()[-1] == f'data:image/png;base64,{attention}'
+
+
+def test_report_main_writes_and_prints_the_page(tmp_path, capsys):
+  root = make_sweep(str(tmp_path))
+  with flagsaver.flagsaver():
+    report.main(flags.FLAGS(['report', root]))
+  assert capsys.readouterr().out.split() == [
+    os.path.join(root, 'results.md'),
+    os.path.join(root, 'report.html'),
+  ]
+  assert os.path.isfile(os.path.join(root, 'report.html'))
+
+
+def test_run_page(run_dir, tmp_path):
+  weights = _random_weights(7, (3, 4))
+  np.savez_compressed(
+    run_dir / 'attention' / 'test_step0002000.npz',
+    weights_0=weights,
+    source_0=np.array(['a', SCRIPT, 'c', '<eos>']),
+    output_0=np.array(['x', 'y', 'z']),
+  )
+  out = tmp_path / 'out'
+  run_report.write_run_report(str(run_dir), str(out), command=test_run_report.COMMAND)
+  text, page = _page(out / 'report.html')
+  assert 'https://' not in text and text.count('<script') == 1
+  (heatmap,) = page.of_class('heatmap')
+  assert heatmap['caption'] == 'test #0 (step 2000)'
+  source, target, shown = _heatmap(heatmap)
+  assert (source, target) == (['a', SCRIPT, 'c', '<eos>'], ['x', 'y', 'z'])
+  np.testing.assert_array_equal(shown, weights)
+  metrics = page.of_class('sortable')[0]
+  assert metrics['head'] == ['metric', 'eval', 'test']
+  assert [(c, a.get('data-sort')) for c, a in metrics['rows'][1]] == [
+    ('wer', None),
+    ('70.00%', '70.0'),
+    ('72.59%', '72.59'),
+  ]
+  assert f'<pre><code>{test_run_report.COMMAND}</code></pre>' in text
+  assert {a['href'] for t, a in page.tags if t == 'a'} == {'config.json', 'final_metrics.json'}
+  assert len(page.images()) == 2  # by_length, learning_curve; the heatmap PNG became HTML
+
+
+def test_run_page_without_weights_shows_the_png(run_dir, tmp_path):
+  out = tmp_path / 'out'
+  run_report.write_run_report(str(run_dir), str(out))
+  _, page = _page(out / 'report.html')
+  assert not page.of_class('heatmap')
+  png = (out / 'attention' / 'test_step0002000_ex0.png').read_bytes()
+  assert page.images()[-1] == 'data:image/png;base64,' + base64.b64encode(png).decode()
+
+
+def test_markdown_subset():
+  text = '\n'.join(
+    [
+      '# Title <x>',
+      '',
+      'See `a<b>` in [the config](config.json), not [this](https://example.com/x), [host](//x).',
+      'Same paragraph.',
+      '',
+      '- one & two',
+      '',
+      '    python -m x --flag="<y>"',
+      '',
+      '| name | n |',
+      '|---|---|',
+      '| b | 10 |',
+      '| a | 9 |',
+    ]
+  )
+  body = html.body(text, '.', {})
+  assert body.startswith('<h1>Title &lt;x&gt;</h1>')
+  assert (
+    '<p>See <code>a&lt;b&gt;</code> in <a href="config.json">the config</a>, not '
+    '[this](https://example.com/x), [host](//x). Same paragraph.</p>'
+  ) in body
+  assert '<ul><li>one &amp; two</li></ul>' in body
+  assert '<pre><code>python -m x --flag=&quot;&lt;y&gt;&quot;</code></pre>' in body
+  table = Page(body).of_class('sortable')[0]
+  assert table['head'] == ['name', 'n']
+  assert [[c for c, _ in r] for r in table['rows']] == [['b', '10'], ['a', '9']]
+  assert html.body('![gone](missing.png)', '.', {}) == (
+    '<div class="figures"><p class="missing">gone: missing.png not found</p></div>'
+  )
