@@ -28,7 +28,20 @@ the newest step still cannot be read (files damaged later, a partial copy), `res
 warning and falls back to the newest older step that reads. Once an older step reads with the
 same target (so the target is not to blame), the unreadable newer steps are renamed to
 `<step>.unreadable` (kept for inspection, ignored by orbax) so that training can save those
-step numbers again.
+step numbers again. The warning names the step, the reason in one line and where the step was
+moved; the libraries' full error goes to the log (the run's train.log, not the console).
+
+The best checkpoint (model selection, attnlab.selection) lives apart from the rolling latest
+ones, in `<directory>/best/<step>/` (items `state` = {'params': ...} and `data` = JSON about
+the selection), so `keep` never deletes it:
+
+    ckpt.save_best(step, params, {'metric': 'wer', 'value': 0.21, ...})
+    ckpt.save(step, state, data_state, config, best_step=step)  # the best it refers to
+    params, step = ckpt.restore_params('best')                 # or 'latest' or a step number
+
+A best step is deleted only once a committed latest checkpoint refers to a newer one, and on
+resume (`resume_best`) the best steps newer than the resumed step (a killed attempt's future)
+are dropped, so the best checkpoint always matches the state training continues from.
 """
 
 from __future__ import annotations
@@ -45,7 +58,15 @@ from absl import logging
 from etils import epath
 from jax.experimental import multihost_utils
 
+from attnlab import console
+from attnlab.errors import UserError
+
 _ITEMS = ('state', 'data', 'config')
+BEST_DIR = 'best'
+
+
+class MissingCheckpointError(UserError):
+  """The checkpoint asked for (best, latest or a step) is not in the directory."""
 
 
 class Checkpointer:
@@ -76,6 +97,9 @@ class Checkpointer:
     if not path.is_absolute() and '://' not in str(directory):
       path = epath.Path(path.resolve())
     self.directory = path
+    self._async = async_save
+    self._best: ocp.CheckpointManager | None = None  # opened on first use (`_best_manager`)
+    self._referenced_best: int | None = None  # best step the newest latest save refers to
     options = ocp.CheckpointManagerOptions(
       max_to_keep=keep,
       # Every `save_interval_steps`, or when JAX reports a preemption; not orbax's default extra
@@ -108,6 +132,7 @@ class Checkpointer:
     config_dict: Mapping[str, Any] | Any,
     *,
     force: bool = False,
+    best_step: int | None = None,
   ) -> bool:
     """Saves `state`, `data_state` and `config_dict` as `step`; returns whether it saved.
 
@@ -121,6 +146,8 @@ class Checkpointer:
       data_state: JSON-serialisable dict, the data pipeline position.
       config_dict: JSON-serialisable dict (a ConfigDict is converted with `to_dict()`).
       force: save regardless of the interval (e.g. the last step, a preemption).
+      best_step: the best checkpoint this state refers to (its data_state records it); once
+        this save is committed, older best steps are deleted.
     """
     if hasattr(config_dict, 'to_dict'):
       config_dict = config_dict.to_dict()
@@ -130,7 +157,95 @@ class Checkpointer:
       data=ocp.args.JsonSave(data_state),
       config=ocp.args.JsonSave(config_dict),
     )
-    return bool(self._manager.save(int(step), args=args, force=force))
+    if self._best is not None:
+      self._best.wait_until_finished()  # a latest step never refers to an uncommitted best
+    self._manager.wait_until_finished()  # the previous save is committed: its best is safe
+    self._prune_best()
+    saved = bool(self._manager.save(int(step), args=args, force=force))
+    if saved and best_step is not None:
+      self._referenced_best = int(best_step)
+    return saved
+
+  def save_best(self, step: int, params: Any, info: Mapping[str, Any]) -> None:
+    """Saves `params` as the best checkpoint of `step`, with `info` (JSON) about the choice."""
+    args = ocp.args.Composite(
+      state=ocp.args.StandardSave({'params': params}),
+      data=ocp.args.JsonSave(_jsonable('info', info)),
+    )
+    self._best_manager(create=True).save(int(step), args=args, force=True)
+
+  def best_steps(self) -> list[int]:
+    manager = self._best_manager(create=False)
+    return sorted(manager.all_steps()) if manager is not None else []
+
+  def best_step(self) -> int | None:
+    """The selected (best) step, or None when no best checkpoint was saved."""
+    steps = self.best_steps()
+    return steps[-1] if steps else None  # improvements only are saved: the newest is the best
+
+  def best_info(self, step: int | None = None) -> dict:
+    """The JSON saved with a best checkpoint (default: the best step)."""
+    step = self.best_step() if step is None else step
+    if step is None or step not in self.best_steps():
+      which = '' if step is None else f' for step {step}'
+      raise MissingCheckpointError(f'no best checkpoint{which} in {self.directory / BEST_DIR}')
+    manager = self._best_manager(create=False)
+    manager.wait_until_finished()
+    return manager.restore(step, args=ocp.args.Composite(data=ocp.args.JsonRestore())).data
+
+  def resume_best(self, step: int, best_step: int | None) -> bool:
+    """On resume from `step`: drops best steps after it and keeps `best_step` (the one the
+    resumed state refers to); returns whether that best checkpoint exists."""
+    manager = self._best_manager(create=False)
+    for newer in [s for s in self.best_steps() if s > step]:
+      logging.info('dropping best checkpoint %d: newer than the resumed step %d', newer, step)
+      manager.delete(newer)
+    if manager is not None:
+      manager.reload()
+    self._referenced_best = best_step
+    return best_step is None or best_step in self.best_steps()
+
+  def restore_params(self, which: str | int = 'best', target_params: Any = None):
+    """Parameters of one checkpoint: `(params, step)`.
+
+    Args:
+      which: 'best' (the selected step), 'latest' (the newest saved step) or a step number,
+        looked up among the latest steps and then the best ones.
+      target_params: optional pytree of arrays / ShapeDtypeStructs; restored leaves get its
+        shapes and dtypes. Without it, the saved shapes and dtypes (NumPy arrays).
+
+    Raises:
+      MissingCheckpointError (a UserError): no such checkpoint; the message lists what exists.
+    """
+    self.wait()
+    latest, best = self.all_steps(), self.best_steps()
+    if which == 'best':
+      folder, step = BEST_DIR, (best[-1] if best else None)
+    elif which == 'latest':
+      folder, step = '', (latest[-1] if latest else None)
+    elif str(which).isdigit() and int(which) in latest + best:
+      step = int(which)
+      folder = '' if step in latest else BEST_DIR
+    else:
+      folder, step = '', None
+    if step is None:
+      raise MissingCheckpointError(
+        f'no {which!r} checkpoint in {self.directory}: latest steps {latest or "none"}, best '
+        f'{best[-1] if best else "none"}; choose best, latest or one of those steps')
+    path = (self.directory / folder / str(step) if folder else self.directory / str(step)) / 'state'
+    reader = ocp.PyTreeCheckpointHandler()  # reads the `state` item alone, a subset of it
+    try:
+      if target_params is None:
+        saved = reader.metadata(path)
+        saved = getattr(saved, 'tree', saved)['params']
+        target_params = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype), saved)
+      abstract = {'params': jax.tree.map(ocp.utils.to_shape_dtype_struct, target_params)}
+      restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), abstract)
+      out = reader.restore(path, args=ocp.args.PyTreeRestore(
+        item=abstract, restore_args=restore_args, partial_restore=True))
+    finally:
+      reader.close()
+    return out['params'], step
 
   def restore(self, step: int | None = None, *, target_state: Any) -> tuple[Any, dict, int]:
     """Restores `(state, data_state, step)`.
@@ -158,26 +273,26 @@ class Checkpointer:
       return self._restore_step(step, abstract)
     if not steps:
       raise FileNotFoundError(f'no checkpoint in {self.directory}')
-    unreadable, first_error = [], None
+    unreadable, first_error = {}, None
     for candidate in reversed(steps):
       try:
-        result = self._restore_step(candidate, abstract)
+        with console.library_detail_to_log_file():
+          result = self._restore_step(candidate, abstract)
         error = None
       except Exception as e:  # Any read failure means "try an older step".
         result, error = None, e
+        logging.info('reading checkpoint step %d in %s failed', candidate, self.directory,
+                     exc_info=e)  # the libraries' detail: the log file, not the console
       if not _all_processes_agree(error is None):
-        reason = f'{type(error).__name__}: {str(error)[:500]}' if error else 'another process'
-        logging.warning(
-          'checkpoint step %d in %s is unreadable (%s); trying an older step',
-          candidate,
-          self.directory,
-          reason,
-        )
-        unreadable.append(candidate)
+        unreadable[candidate] = _reason(error) if error else 'unreadable on another process'
         first_error = first_error or error
         continue
       if unreadable:
-        self._set_aside(unreadable)
+        moved = self._set_aside(list(unreadable))
+        for bad, reason in unreadable.items():
+          logging.warning('checkpoint step %d in %s is unreadable (%s); moved to %s; using step %d '
+                          'instead (details in the log file)', bad, self.directory, reason,
+                          moved.get(bad, f'{bad}.unreadable by process 0'), candidate)
       return result
     raise RuntimeError(
       f'no checkpoint in {self.directory} can be read with this target state '
@@ -205,11 +320,16 @@ class Checkpointer:
 
   def wait(self) -> None:
     """Blocks until pending asynchronous saves are committed to disk."""
+    if self._best is not None:
+      self._best.wait_until_finished()
     self._manager.wait_until_finished()
 
   def close(self) -> None:
     """Waits for pending saves and releases orbax's resources."""
-    self._manager.wait_until_finished()
+    self.wait()
+    self._prune_best()
+    if self._best is not None:
+      self._best.close()
     self._manager.close()
 
   def __enter__(self) -> Checkpointer:
@@ -217,6 +337,27 @@ class Checkpointer:
 
   def __exit__(self, *exc) -> None:
     self.close()
+
+  def _best_manager(self, create: bool) -> ocp.CheckpointManager | None:
+    if self._best is None:
+      path = self.directory / BEST_DIR
+      if not create and not path.exists():
+        return None
+      options = ocp.CheckpointManagerOptions(
+        max_to_keep=None,  # `_prune_best` decides: never a best a latest step refers to
+        cleanup_tmp_directories=True,
+        enable_async_checkpointing=self._async,
+        create=True,
+      )
+      self._best = ocp.CheckpointManager(path, item_names=('state', 'data'), options=options)
+    return self._best
+
+  def _prune_best(self) -> None:
+    """Deletes best steps older than the one the newest committed latest step refers to."""
+    if self._referenced_best is None or self._best is None:
+      return
+    for old in [s for s in self.best_steps() if s < self._referenced_best]:
+      self._best.delete(old)
 
   def _restore_step(self, step: int, abstract_state: Any) -> tuple[Any, dict, int]:
     args = ocp.args.Composite(
@@ -226,8 +367,10 @@ class Checkpointer:
     out = self._manager.restore(step, args=args)
     return out.state, out.data, step
 
-  def _set_aside(self, steps: list[int]) -> None:
-    """Renames unreadable step directories out of orbax's view (process 0), then re-lists."""
+  def _set_aside(self, steps: list[int]) -> dict[int, epath.Path]:
+    """Renames unreadable step directories out of orbax's view (process 0), then re-lists;
+    returns where each went (on process 0)."""
+    moved = {}
     if jax.process_index() == 0:
       for step in steps:
         src = self.directory / str(step)
@@ -237,10 +380,18 @@ class Checkpointer:
         if dst.exists():
           dst = self.directory / f'{step}.unreadable-{int(time.time())}'
         src.rename(dst)
-        logging.warning('moved unreadable checkpoint %s to %s', src, dst)
+        moved[step] = dst
     if jax.process_count() > 1:
       ocp.multihost.sync_global_processes(f'attnlab_set_aside_{"_".join(map(str, steps))}')
     self._manager.reload()
+    return moved
+
+
+def _reason(error: BaseException, limit: int = 200) -> str:
+  """`ValueError: OUT_OF_RANGE: Error reading ...`: the type and the first line, shortened."""
+  lines = str(error).strip().splitlines()
+  text = f'{type(error).__name__}: {lines[0] if lines else ""}'
+  return text if len(text) <= limit else text[:limit - 3] + '...'
 
 
 def _jsonable(name: str, value: Any) -> dict:

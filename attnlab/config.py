@@ -9,6 +9,7 @@ outside its choices raises `ConfigError` naming the dotted key and the valid cho
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -61,9 +62,18 @@ def from_group(cls, group: Mapping[str, Any], prefix: str):
   return obj
 
 
-SCORES = ('dot', 'scaled_dot', 'general', 'concat', 'location')
-TIMINGS = ('bahdanau', 'luong', 'none')
-WINDOWS = ('global', 'local_m', 'local_p')
+def _model_registries():
+  """The model choices, each registered once next to its implementation in attnlab/models.
+
+  Imported on first validation, not with this module: they import JAX and Flax (~0.7 s), which
+  `import attnlab.config` (read by sweeps and launchers) does not need.
+  """
+  from attnlab.models import attention, decoder, encoder, factory, recurrent, scoring, transformer
+
+  return {'model.kind': factory.MODEL_KINDS, 'model.cell': recurrent.CELLS,
+          'model.bridge': encoder.BRIDGES, 'model.attention.score': scoring.SCORES,
+          'model.attention.timing': decoder.TIMINGS, 'model.attention.window': attention.WINDOWS,
+          'model.transformer.norm': transformer.NORMS}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,17 +85,21 @@ class AttentionConfig:
   window_radius: int
   num_heads: int
   max_source_length: int
+  concat_bias: bool
 
   def validate(self, prefix: str = 'model.attention') -> None:
-    check_choice(f'{prefix}.score', self.score, SCORES)
-    check_choice(f'{prefix}.timing', self.timing, TIMINGS)
-    check_choice(f'{prefix}.window', self.window, WINDOWS)
+    choices = _model_registries()
+    for key in ('score', 'timing', 'window'):
+      check_choice(f'{prefix}.{key}', getattr(self, key), choices[f'model.attention.{key}'])
     _check_positive(f'{prefix}.window_radius', self.window_radius)
     _check_positive(f'{prefix}.num_heads', self.num_heads)
     _check_positive(f'{prefix}.max_source_length', self.max_source_length, allow_zero=True)
     if self.score == 'location' and self.max_source_length <= 0:
       raise ConfigError(f'{prefix}.score=location needs {prefix}.max_source_length > 0 (one '
                         'score per source position, Luong 2015)')
+    if self.concat_bias and self.score != 'concat':
+      raise ConfigError(f'{prefix}.concat_bias=True adds a bias to the concat score; with '
+                        f'{prefix}.score={self.score!r} set {prefix}.concat_bias=False')
     if self.input_feeding and self.timing != 'luong':
       raise ConfigError(f'{prefix}.input_feeding=True feeds h~_(t-1) into a Luong decoder; with '
                         f'{prefix}.timing={self.timing!r} set {prefix}.input_feeding=False')
@@ -111,7 +125,7 @@ class TransformerConfig:
     _check_positive(f'{prefix}.num_heads', self.num_heads)
     _check_positive(f'{prefix}.mlp_dim', self.mlp_dim)
     _check_positive(f'{prefix}.max_length', self.max_length)
-    check_choice(f'{prefix}.norm', self.norm, ('pre', 'post'))
+    check_choice(f'{prefix}.norm', self.norm, _model_registries()['model.transformer.norm'])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,9 +146,9 @@ class ModelConfig:
   _nested = {'attention': AttentionConfig, 'transformer': TransformerConfig}
 
   def validate(self, prefix: str = 'model') -> None:
-    check_choice(f'{prefix}.kind', self.kind, ('rnn', 'transformer'))
-    check_choice(f'{prefix}.cell', self.cell, ('lstm', 'gru'))
-    check_choice(f'{prefix}.bridge', self.bridge, ('dense', 'copy', 'zero'))
+    choices = _model_registries()
+    for key in ('kind', 'cell', 'bridge'):
+      check_choice(f'{prefix}.{key}', getattr(self, key), choices[f'model.{key}'])
     check_choice(f'{prefix}.dtype', self.dtype, ('float32', 'bfloat16'))
     for key in ('embed_dim', 'hidden_size', 'encoder_layers', 'decoder_layers'):
       _check_positive(f'{prefix}.{key}', getattr(self, key))
@@ -176,8 +190,14 @@ class TaskConfig:
   max_chars: int
   source_language: str
   target_language: str
+  source_module: str
+  target_module: str
+  sword_path: str
 
   def validate(self, prefix: str = 'task') -> None:
+    from attnlab.data import tasks, vocab  # light: the registry, not the datasets
+
+    check_choice(f'{prefix}.name', self.name, tasks.BUILDERS)
     for key in ('train_lengths', 'eval_lengths'):
       lo_hi = getattr(self, key)
       if len(lo_hi) != 2 or not 0 < lo_hi[0] <= lo_hi[1]:
@@ -189,12 +209,15 @@ class TaskConfig:
       if len(paths) > 2 or not all(isinstance(p, str) and p for p in paths):
         raise ConfigError(f'{prefix}.{key}={paths!r} must be () or (path.tsv,) or '
                           '(source_path, target_path)')
-    check_choice(f'{prefix}.tokenizer', self.tokenizer, ('char', 'word', 'sentencepiece'))
+    check_choice(f'{prefix}.tokenizer', self.tokenizer, vocab.TOKENIZERS)
     _check_positive(f'{prefix}.text_vocab_size', self.text_vocab_size)
     _check_positive(f'{prefix}.max_chars', self.max_chars)
     if self.source_language == self.target_language:
       raise ConfigError(f'{prefix}.source_language and {prefix}.target_language are both '
                         f'{self.source_language!r}; choose two different languages')
+    if self.source_module.lower() == self.target_module.lower():
+      raise ConfigError(f'{prefix}.source_module and {prefix}.target_module are both '
+                        f'{self.source_module!r}; choose two different SWORD modules')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -205,11 +228,24 @@ class DataConfig:
   bucket_size: int
   shuffle_buffer_epochs: bool
   prefetch: int
+  batching: str
+  tokens_per_batch: int
+  num_buckets: int
 
   def validate(self, prefix: str = 'data') -> None:
-    for key in ('global_batch_size', 'max_source_length', 'max_target_length', 'bucket_size'):
+    from attnlab.data.batching import BATCHINGS  # numpy only
+
+    for key in ('global_batch_size', 'max_source_length', 'max_target_length', 'bucket_size',
+                'tokens_per_batch', 'num_buckets'):
       _check_positive(f'{prefix}.{key}', getattr(self, key))
     _check_positive(f'{prefix}.prefetch', self.prefetch, allow_zero=True)
+    check_choice(f'{prefix}.batching', self.batching, BATCHINGS)
+    longest = max(self.max_source_length, self.max_target_length)
+    if self.batching == 'tokens' and self.tokens_per_batch < longest:
+      raise ConfigError(f'{prefix}.tokens_per_batch={self.tokens_per_batch} cannot hold one pair '
+                        f'of the max length {longest} ({prefix}.max_source_length / '
+                        f'max_target_length); raise it, e.g. to global_batch_size x the mean '
+                        'pair length')
 
 
 OPTIMIZERS = ('adam', 'adamw')
@@ -233,8 +269,9 @@ class OptimConfig:
     check_choice(f'{prefix}.name', self.name, OPTIMIZERS)
     check_choice(f'{prefix}.schedule', self.schedule, SCHEDULES)
     _check_positive(f'{prefix}.warmup_steps', self.warmup_steps, allow_zero=True)
-    if not self.learning_rate > 0:
-      raise ConfigError(f'{prefix}.learning_rate={self.learning_rate!r} must be > 0')
+    if not (isinstance(self.learning_rate, int | float) and 0 < self.learning_rate < math.inf):
+      raise ConfigError(f'{prefix}.learning_rate={self.learning_rate!r} must be a finite number '
+                        '> 0')
     if self.weight_decay and self.name != 'adamw':
       raise ConfigError(f'{prefix}.weight_decay={self.weight_decay} needs {prefix}.name=adamw')
 
@@ -247,12 +284,23 @@ class TrainConfig:
   eval_every: int
   checkpoint_every: int
   keep_checkpoints: int
+  select_metric: str
+  patience: int
+  divergence_factor: float
 
   def validate(self, prefix: str = 'train') -> None:
+    from attnlab import selection  # the metric registry (no JAX)
+
     for key in ('num_steps', 'log_every', 'eval_every', 'checkpoint_every', 'keep_checkpoints'):
       _check_positive(f'{prefix}.{key}', getattr(self, key))
     if not 0.0 <= self.label_smoothing < 1.0:
       raise ConfigError(f'{prefix}.label_smoothing={self.label_smoothing!r} must be in [0, 1)')
+    check_choice(f'{prefix}.select_metric', self.select_metric, selection.CHOICES)
+    _check_positive(f'{prefix}.patience', self.patience, allow_zero=True)
+    factor = self.divergence_factor
+    if not (isinstance(factor, int | float) and (factor == 0 or 1 < factor < math.inf)):
+      raise ConfigError(f'{prefix}.divergence_factor={factor!r} must be 0 (off) or a finite '
+                        'number > 1')
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,9 +1,8 @@
 """`python -m attnlab.run_report`: kept as the entry point users know;
 the code lives in attnlab.reporting.run_report."""
 
-from absl import app
-
+from attnlab import cli
 from attnlab.reporting.run_report import main
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)  # a user error: one `error: ...` line, exit status 2

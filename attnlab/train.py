@@ -1,18 +1,24 @@
 """`train_and_evaluate(config, workdir)`: set-up, then one flat training loop.
 
-Cadences: training metrics every `train.log_every` steps, evaluation (with decoding, samples
-and attention heatmaps) every `train.eval_every`, checkpoints every `train.checkpoint_every`;
-the last step always evaluates (eval splits and test) and checkpoints. Rerunning the same
-command resumes from the latest checkpoint with the same data order. Only process 0 writes
+Cadences: training metrics every `train.log_every` steps, evaluation of `eval.splits` (with
+decoding, samples and attention heatmaps) every `train.eval_every`, checkpoints every
+`train.checkpoint_every`; the last step always evaluates and checkpoints. Each evaluation
+updates the model selection (attnlab.selection): an improvement on the eval split saves the
+best checkpoint, `train.patience` evaluations without one stop the run early. At the end the
+test split is evaluated with the best checkpoint. A diverging loss stops the run before that
+step is saved (attnlab.divergence).
+
+Rerunning the same command resumes from the latest checkpoint with the same data order and
+selection state; a changed config is refused first (attnlab.workdir). Only process 0 writes
 files other than checkpoints.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import json
 import logging
+import math
 import os
 import time
 from typing import Any
@@ -21,19 +27,16 @@ import jax
 import ml_collections
 import numpy as np
 
-from attnlab import checkpoint, data, metrics, optim, steps, writers
+from attnlab import checkpoint, console, data, divergence, metrics, optim, steps, writers
 from attnlab import config as config_lib
+from attnlab import workdir as workdir_lib
+from attnlab.divergence import DivergenceError, NonFiniteLossError  # noqa: F401 (callers)
 from attnlab.evaluate import Evaluator
 from attnlab.models.factory import build_model
 from attnlab.parallel import DataParallel
+from attnlab.selection import SELECT_SPLIT, Selection, resolve_metric
 
-# One line per finished process run: {first_step, last_step, wall_s, finished_at}; a resumed
-# run adds a line (attnlab.run_report sums wall_s).
-RUN_TIMES = 'run_times.jsonl'
-
-
-class NonFiniteLossError(FloatingPointError):
-  """Training produced a NaN/inf loss; the last good checkpoint is left untouched."""
+RUN_TIMES = workdir_lib.RUN_TIMES
 
 
 def init_state(model, tx, cfg: config_lib.RunConfig) -> steps.TrainState:
@@ -60,6 +63,17 @@ def _devices(num_devices: int):
   return jax.local_devices()[:num_devices]
 
 
+def config_warnings(cfg: config_lib.RunConfig) -> list[str]:
+  """Settings that run but probably not as meant."""
+  out = []
+  warmup, num_steps = cfg.optim.warmup_steps, cfg.train.num_steps
+  if warmup >= num_steps:
+    out.append(f'optim.warmup_steps={warmup} >= train.num_steps={num_steps}: the learning rate '
+               f'never reaches optim.learning_rate={cfg.optim.learning_rate:g} (at most '
+               f'{cfg.optim.learning_rate * (num_steps - 1) / warmup:.3g}); shorten the warmup')
+  return out
+
+
 @dataclasses.dataclass
 class Run:
   """Everything the loop needs, built once by `setup`."""
@@ -75,55 +89,94 @@ class Run:
   schedule: Any
   num_params: int
   is_writer: bool
+  selection: Selection | None  # None when eval.splits has no eval split: the last step is tested
+  guard: divergence.LossGuard
+  params_shape: Any  # ShapeDtypeStructs of the params: the target of a best-checkpoint restore
+  step: int = 0  # the last step trained (or restored)
+  stopped_early: bool = False
 
 
-def setup(config: ml_collections.ConfigDict, workdir: str):
-  """Validates the config, builds task/model/state and restores the latest checkpoint."""
+def setup(config: ml_collections.ConfigDict, workdir: str, allow_config_change=()):
+  """Validates the config and the workdir, builds task/model/state, restores the latest
+  checkpoint. Nothing is written before the config and the vocabularies are checked."""
   cfg = config_lib.parse(config)  # every key and value checked before anything compiles
+  changes, change_notes = workdir_lib.check_reuse(workdir, config, cfg, allow_config_change)
   parallel = DataParallel(cfg.parallel.mode, devices=_devices(cfg.parallel.num_devices))
   parallel.check_batch_size(cfg.data.global_batch_size)
   is_writer = jax.process_index() == 0
-  os.makedirs(workdir, exist_ok=True)
   task = data.load_task(cfg)
+  workdir_lib.check_vocabularies(workdir, task)
   if is_writer:
-    with open(os.path.join(workdir, 'config.json'), 'w') as f:
-      f.write(config.to_json_best_effort(indent=2, sort_keys=True))
-    task.source_vocab.save(os.path.join(workdir, 'source_vocab.json'))
-    task.target_vocab.save(os.path.join(workdir, 'target_vocab.json'))
+    resume_step = (workdir_lib.saved_steps(workdir) or [None])[-1]
+    workdir_lib.write_start_files(workdir, config, task, changes, resume_step)
+  for note in change_notes:
+    logging.warning('config change accepted on resume: %s', note)
+  for warning in config_warnings(cfg):
+    logging.warning('%s', warning)
   model = build_model(cfg.model, task.source_vocab.size, task.target_vocab.size)
   tx, schedule = optim.make_optimizer(cfg.optim, cfg.train.num_steps)
   state = init_state(model, tx, cfg)
   ckpt = checkpoint.Checkpointer(os.path.join(workdir, 'checkpoints'),
                                  keep=cfg.train.keep_checkpoints)
-  start = 0
+  selection = None
+  if SELECT_SPLIT in cfg.eval.splits:
+    selection = Selection(resolve_metric(cfg.train.select_metric, cfg.task.name),
+                          patience=cfg.train.patience)
+  start, data_state = 0, {}
   restored = ckpt.restore_or_none(target_state=state)
   if restored is not None:
     state, data_state, start = restored
     logging.info('resumed from step %d (data position %s)', start, data_state)
+    if selection is not None:
+      selection.restore(data_state.get('selection'))
+    if not ckpt.resume_best(start, selection.best_step if selection else None):
+      logging.warning('the best checkpoint (step %d) that step %d refers to is missing; model '
+                      'selection starts again from step %d', selection.best_step, start, start)
+      selection.restore({'metric': selection.metric, 'best_step': None, 'best_value': None,
+                         'evals_since_best': 0})
   batches = data.train_batches(task, cfg, start_step=start)
   num_params = steps.count_params(state.params)
   logging.info('%s model: %d parameters; %d devices; %d train pairs dropped by the length '
                'filter', cfg.model.kind, num_params, parallel.num_devices, batches.num_filtered)
+  progress = writers.ProgressLine(cfg.train.num_steps, start_step=start, enabled=is_writer,
+                                  eval_every=cfg.train.eval_every)
+  for line in console.start_summary(
+      cfg, num_params=num_params, num_devices=parallel.num_devices, workdir=workdir,
+      log=console.log_path(workdir, jax.process_index()), selection=selection,
+      start_step=start, filtered=batches.num_filtered):
+    progress.note(line)
   run = Run(cfg=cfg, config_dict=config.to_dict(), workdir=workdir, parallel=parallel,
             ckpt=ckpt, evaluator=Evaluator(model, task, cfg, parallel, workdir,
                                            enabled=is_writer),
-            writer=writers.MetricWriter(workdir, enabled=is_writer),
-            progress=writers.ProgressLine(cfg.train.num_steps, start_step=start,
-                                          enabled=is_writer),
-            schedule=schedule, num_params=num_params, is_writer=is_writer)
+            writer=writers.MetricWriter(workdir, enabled=is_writer), progress=progress,
+            schedule=schedule, num_params=num_params, is_writer=is_writer,
+            selection=selection, guard=divergence.LossGuard(cfg.train.divergence_factor,
+                                                            data_state.get('lowest_loss')),
+            params_shape=jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
+                                      state.params),
+            step=start, stopped_early=bool(selection and selection.patience_exhausted))
   return run, state, batches, start
 
 
-def train_loop(run: Run, state: steps.TrainState, batches, start: int) -> dict:
-  """Trains from step `start` to `train.num_steps`; returns the last evaluation's metrics."""
-  cfg, parallel, ckpt = run.cfg, run.parallel, run.ckpt
+def _diverged(run: Run, problem: str, step: int, error=DivergenceError) -> DivergenceError:
+  where = divergence.last_good(run.ckpt.latest_step(), run.ckpt.directory,
+                               run.cfg.train.checkpoint_every)
+  return error(f'training diverged at step {step}: {problem}; {where}. To fix it: '
+               f'{divergence.advice(run.cfg)}')
+
+
+def train_loop(run: Run, state: steps.TrainState, batches, start: int):
+  """Trains from step `start` until `train.num_steps` or early stopping.
+
+  Returns the replicated state and the newest evaluation of each split: {split: (step, metrics)}.
+  """
+  cfg, parallel, ckpt, selection = run.cfg, run.parallel, run.ckpt, run.selection
   train_step = parallel.compile_train_step(
       lambda s, b, k, axis_name: steps.train_step(
           s, b, k, axis_name=axis_name, label_smoothing=cfg.train.label_smoothing))
   p_state = parallel.replicate(state)
   dropout_key = jax.random.fold_in(jax.random.key(cfg.seed), 1)
-  last_good = ckpt.latest_step()
-  window, window_start, log_due, final = [], time.perf_counter(), None, {}
+  window, window_start, log_due, latest = [], time.perf_counter(), None, {}
 
   def flush_window(step: int) -> None:
     """Fetches the window's sums (the loop's only host sync), checks, writes one event."""
@@ -131,25 +184,45 @@ def train_loop(run: Run, state: steps.TrainState, batches, start: int) -> dict:
     sums = parallel.fetch_sums(window)
     elapsed = time.perf_counter() - window_start
     window, window_start = [], time.perf_counter()
-    if not np.isfinite(sums['loss_sum']):
-      raise NonFiniteLossError(
-          f'non-finite training loss in steps up to {step}; the last good checkpoint (step '
-          f'{last_good}) in {ckpt.directory} is kept; lower optim.learning_rate or set '
-          'optim.clip_norm')
     scalars = metrics.summarize(sums)
-    scalars.update(learning_rate=float(run.schedule(step)), steps_per_sec=sums['steps'] / elapsed,
+    loss = scalars['loss'] if np.isfinite(sums['loss_sum']) else math.nan
+    problem = run.guard.problem(loss)
+    if problem:
+      raise _diverged(run, problem, step,
+                      DivergenceError if math.isfinite(loss) else NonFiniteLossError)
+    # The update that produced `step` used schedule(step - 1): optax counts updates from 0.
+    scalars.update(learning_rate=float(run.schedule(step - 1)),
+                   steps_per_sec=sums['steps'] / elapsed,
                    tokens_per_sec=sums['token_count'] / elapsed)
     run.writer.write(step, 'train', scalars)
     run.progress.update(step, scalars)
 
-  def evaluate(step: int, splits) -> None:
-    for split in splits:
-      final[split] = run.evaluator.evaluate(p_state.params, split, step)
-      run.writer.write(step, split, final[split])
-      run.progress.report(step, split, final[split])
+  def evaluate(step: int) -> None:
+    """The eval splits at `step`: selection, divergence check, metrics and console lines."""
+    with run.progress.evaluating():
+      for split in cfg.eval.splits:
+        result = run.evaluator.evaluate(p_state.params, split, step)
+        latest[split] = (step, result)
+        run.writer.write(step, split, result)
+        problem = divergence.eval_problem(split, result)
+        improved = (selection is not None and split == SELECT_SPLIT and not problem
+                    and selection.update(step, result))
+        run.progress.report(step, split, result, 'best so far' if improved else '')
+        if problem:
+          raise _diverged(run, problem, step)
+        if improved:
+          ckpt.save_best(step, parallel.fetch(p_state.params),
+                         {'eval': writers.to_json(result), **selection.to_json()})
 
-  for step in range(start + 1, cfg.train.num_steps + 1):
+  def data_state(step: int) -> dict:
+    lowest = run.guard.lowest
+    return {'step': step, 'selection': selection.to_json() if selection else None,
+            'lowest_loss': lowest if math.isfinite(lowest) else None}
+
+  end = start if run.stopped_early else cfg.train.num_steps  # rerun of an early-stopped run
+  for step in range(start + 1, end + 1):
     p_state, sums = train_step(p_state, parallel.shard_batch(next(batches)), dropout_key)
+    run.step = step
     if log_due is not None:  # fetched only after the next step was dispatched
       flush_window(log_due)
       log_due = None
@@ -158,35 +231,97 @@ def train_loop(run: Run, state: steps.TrainState, batches, start: int) -> dict:
     save = step % cfg.train.checkpoint_every == 0 or is_last
     evaluate_now = step % cfg.train.eval_every == 0 or is_last
     if save or evaluate_now:
-      flush_window(step)  # never checkpoint or evaluate a non-finite state
-      if save:
-        ckpt.save(step, parallel.fetch(p_state), {'step': step}, run.config_dict)
-        last_good = step
+      flush_window(step)  # never evaluate or checkpoint a diverged state
       if evaluate_now:
-        evaluate(step, final_splits(cfg) if is_last else cfg.eval.splits)
+        evaluate(step)  # before the save: a non-finite eval metric keeps the last good one
+        run.stopped_early = bool(selection and selection.patience_exhausted)
+      if save or run.stopped_early:
+        ckpt.save(step, parallel.fetch(p_state), data_state(step), run.config_dict,
+                  best_step=selection.best_step if selection else None)
+      if run.stopped_early:
+        break
     elif step % cfg.train.log_every == 0:
       log_due = step
-  if not final:  # a finished run was rerun: evaluate its final state again
-    evaluate(cfg.train.num_steps, final_splits(cfg))
-  return final
+  return p_state, latest
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
-  """Trains `config` in `workdir` (resuming if it holds a checkpoint); returns final metrics."""
+def final_evaluation(run: Run, p_state, latest: dict) -> tuple[int, dict]:
+  """The final splits with the selected checkpoint (the last step without selection).
+
+  An evaluation of that step already made (in this process, or the eval metrics saved with
+  the best checkpoint) is reused; the rest, the test split at least, is evaluated now.
+  """
+  selection = run.selection
+  step = run.step
+  if selection is not None and selection.best_step is not None:
+    step = selection.best_step
+  params, final = None, {}
+  for split in final_splits(run.cfg):
+    if split in latest and latest[split][0] == step:
+      final[split] = latest[split][1]
+      continue
+    if split == SELECT_SPLIT and selection is not None and step == selection.best_step:
+      final[split] = run.ckpt.best_info(step)['eval']
+      continue
+    if params is None:
+      if step == run.step:
+        params = p_state.params
+      else:
+        best, _ = run.ckpt.restore_params(step, target_params=run.params_shape)
+        params = run.parallel.replicate(best)
+    with run.progress.evaluating():
+      final[split] = run.evaluator.evaluate(params, split, step)
+    run.writer.write(step, split, final[split])
+    if split != 'test':  # the test metrics close the run in the final summary
+      run.progress.report(step, split, final[split])
+  return step, final
+
+
+def _write_final(run: Run, tested_step: int, final: dict) -> None:
+  """final_metrics.json; metrics.jsonl gets a `selection` event at the tested step."""
+  selection = run.selection
+  chosen = None
+  if selection is not None:
+    chosen = {'split': SELECT_SPLIT, 'metric': selection.metric, 'mode': selection.mode,
+              'best_step': selection.best_step, 'best_value': selection.best_value,
+              'patience': selection.patience, 'stopped_early': run.stopped_early}
+    run.writer.write(tested_step, 'selection',
+                     {'metric': selection.metric, 'value': selection.best_value,
+                      'trained_steps': run.step, 'stopped_early': run.stopped_early})
+  if not run.is_writer:
+    return
+  with open(os.path.join(run.workdir, 'final_metrics.json'), 'w') as f:
+    json.dump({'step': tested_step, 'trained_steps': run.step, 'num_params': run.num_params,
+               'selection': chosen, **writers.to_json(final)}, f, indent=2)
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
+                       allow_config_change=()) -> dict:
+  """Trains `config` in `workdir` (resuming if it holds a checkpoint); returns final metrics:
+  {split: metrics} of the selected checkpoint (final_metrics.json says which step)."""
   started = time.perf_counter()
-  run, state, batches, start = setup(config, workdir)
-  try:
-    final = train_loop(run, state, batches, start)
-  finally:  # on errors too: finish pending checkpoint writes, so no good state is lost
-    run.ckpt.close()
-    run.writer.close()
-  if run.is_writer:
-    with open(os.path.join(workdir, 'final_metrics.json'), 'w') as f:
-      json.dump({'step': run.cfg.train.num_steps, 'num_params': run.num_params, **final}, f,
-                indent=2, default=float)
-    run.progress.finish(workdir)
-    with open(os.path.join(workdir, RUN_TIMES), 'a') as f:
-      f.write(json.dumps({'first_step': start, 'last_step': run.cfg.train.num_steps,
-                          'wall_s': time.perf_counter() - started,
-                          'finished_at': datetime.datetime.now().astimezone().isoformat()}) + '\n')
+  run, state, batches, start = setup(config, workdir, allow_config_change)
+  outcome = 'failed'
+  with console.log_file(workdir, jax.process_index()) as log:
+    try:
+      p_state, latest = train_loop(run, state, batches, start)
+      tested_step, final = final_evaluation(run, p_state, latest)
+      _write_final(run, tested_step, final)
+      outcome = 'stopped early' if run.stopped_early else 'finished'
+    except BaseException as e:
+      outcome = 'interrupted' if isinstance(e, KeyboardInterrupt) else f'failed: {type(e).__name__}'
+      logging.info('the run stopped: %s', outcome, exc_info=True)  # the traceback: log file only
+      raise
+    finally:  # on errors too: finish pending checkpoint writes, so no good state is lost
+      run.ckpt.close()
+      run.writer.close()
+      if run.is_writer:
+        workdir_lib.record_run_time(workdir, first_step=start, last_step=run.step,
+                                    wall_s=time.perf_counter() - started, outcome=outcome)
+    if run.is_writer:
+      progress = run.progress
+      progress.note(console.result_line('test', tested_step, final['test'], run.selection,
+                                        run.step if run.stopped_early else None))
+      progress.finish()
+      progress.note(console.files_line(workdir, log=log))
   return final

@@ -5,19 +5,21 @@
     {"step": 500, "split": "eval", "loss": 0.41, "sequence_accuracy": 0.87, ...}
 
 and writes the numeric metrics as TensorBoard scalars under `<workdir>/tensorboard/<split>/`
-(tag = metric name), so that train and eval curves of one metric share a chart. TensorBoard
-files are written by attnlab.tensorboard_events (no TensorFlow). Only process 0 should write:
-construct with `enabled=jax.process_index() == 0`; a disabled writer creates no files.
+(tag = metric name), so that train and eval curves of one metric share a chart. The event
+files come from the tensorboard package's own writer (`EventFileWriter` and its `Event`
+protos; no TensorFlow). Only process 0 should write: construct with
+`enabled=jax.process_index() == 0`; a disabled writer creates no files.
 
 A resumed run appends to the same files, so steps between the last checkpoint and the
 interruption appear twice; readers keep the last entry per (step, split).
 
 `ProgressLine` prints one console line per logging event (step, steps/s, ETA, loss), one per
-evaluation (`report`) and a closing one (`finish`).
+evaluation (`report`), free lines (`note`) and a closing one (`finish`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import numbers
@@ -27,18 +29,18 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-
-from attnlab.tensorboard_events import EventFileWriter
+from tensorboard.compat.proto import event_pb2, summary_pb2
+from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
 _RESERVED = ('step', 'split')
 
 
-def _to_json(value: Any) -> Any:
+def to_json(value: Any) -> Any:
   """NumPy / JAX scalars and arrays become Python numbers and lists; containers recurse."""
   if isinstance(value, Mapping):
-    return {str(k): _to_json(v) for k, v in value.items()}
+    return {str(k): to_json(v) for k, v in value.items()}
   if isinstance(value, list | tuple):
-    return [_to_json(v) for v in value]
+    return [to_json(v) for v in value]
   if isinstance(value, str | bool | int | float) or value is None:
     return value
   if hasattr(value, '__array__') or isinstance(value, np.generic):
@@ -97,7 +99,7 @@ class MetricWriter:
       return
     step = int(step)
     record = {'step': step, 'split': str(split)}
-    record.update({str(k): _to_json(v) for k, v in metrics.items()})
+    record.update({str(k): to_json(v) for k, v in metrics.items()})
     self._jsonl.write(json.dumps(record) + '\n')
     self._jsonl.flush()
     scalars = {k: _scalar(v) for k, v in metrics.items()}
@@ -106,7 +108,9 @@ class MetricWriter:
       tb = self._tb.get(split)
       if tb is None:
         tb = self._tb[split] = EventFileWriter(self.tensorboard_dir(split))
-      tb.add_scalars(step, {str(k): v for k, v in scalars.items()})
+      values = [summary_pb2.Summary.Value(tag=str(k), simple_value=v) for k, v in scalars.items()]
+      tb.add_event(event_pb2.Event(wall_time=time.time(), step=step,
+                                   summary=summary_pb2.Summary(value=values)))
       tb.flush()
 
   def close(self) -> None:
@@ -138,7 +142,9 @@ class ProgressLine:
 
   steps/s is measured between consecutive `update` calls (the first from construction, at
   `start_step`, e.g. the restored step), so it reflects the current speed, compilation of the
-  first step included in the first line.
+  first step included in the first line. Time spent inside `evaluating()` is left out of the
+  rate; with `eval_every` the ETA adds the evaluations still due (every `eval_every` steps,
+  the last step, and the final test evaluation) at the mean duration of those so far.
   """
 
   def __init__(
@@ -149,23 +155,49 @@ class ProgressLine:
     keys: Sequence[str] = ('loss',),
     enabled: bool = True,
     clock: Callable[[], float] = time.monotonic,
+    eval_every: int = 0,
   ):
     self.total_steps = int(total_steps)
     self.keys = tuple(keys)
     self.enabled = enabled
+    self.eval_every = int(eval_every)
     self._clock = clock
     self._start = (int(start_step), clock())
     self._last = self._start
+    self._eval_since_update = 0.0  # seconds of evaluation since the last `update`
+    self._eval_seconds, self._eval_count = 0.0, 0
+
+  @contextlib.contextmanager
+  def evaluating(self):
+    """Wraps one evaluation (all its splits): its time counts for the ETA, not the rate."""
+    started = self._clock()
+    try:
+      yield
+    finally:
+      seconds = self._clock() - started
+      self._eval_since_update += seconds
+      self._eval_seconds += seconds
+      self._eval_count += 1
+
+  def evaluations_due(self, step: int) -> int:
+    """Evaluations after `step`: multiples of eval_every, the last step, the final test."""
+    if not self.eval_every or step >= self.total_steps:
+      return 0
+    every, total = self.eval_every, self.total_steps
+    return total // every - step // every + (1 if total % every else 0) + 1
 
   def update(self, step: int, metrics: Mapping[str, Any] | None = None) -> str:
     """Prints (if enabled) and returns the line for `step` with `keys` taken from `metrics`."""
     now = self._clock()
     last_step, last_time = self._last
     self._last = (int(step), now)
-    elapsed = now - last_time
+    elapsed = now - last_time - self._eval_since_update
+    self._eval_since_update = 0.0
     rate = (step - last_step) / elapsed if elapsed > 0 and step > last_step else math.nan
     remaining = max(self.total_steps - step, 0)
     eta = remaining / rate if math.isfinite(rate) and rate > 0 else math.inf
+    if self._eval_count:
+      eta += self.evaluations_due(step) * self._eval_seconds / self._eval_count
     percent = 100.0 * step / self.total_steps if self.total_steps else 100.0
     parts = [
       f'step {step}/{self.total_steps} ({percent:.1f}%)',
@@ -178,18 +210,24 @@ class ProgressLine:
         parts.append(f'{key} {value:.4g}')
     return self._emit(' | '.join(parts))
 
-  def report(self, step: int, split: str, metrics: Mapping[str, Any]) -> str:
+  def report(self, step: int, split: str, metrics: Mapping[str, Any], suffix: str = '') -> str:
     """Prints an evaluation line: `eval @ step 500 | loss 0.41 | sequence_accuracy 0.87`.
 
     Every single-number metric is shown, in the order given; lists and strings are left to
-    metrics.jsonl.
+    metrics.jsonl. `suffix` is appended as a last part (e.g. `best so far`).
     """
     parts = [f'{split} @ step {step}']
     for key, value in metrics.items():
       number = _scalar(value)
       if number is not None:
         parts.append(f'{key} {number:.4g}')
+    if suffix:
+      parts.append(suffix)
     return self._emit(' | '.join(parts))
+
+  def note(self, line: str) -> str:
+    """Prints a free line (summaries, notices)."""
+    return self._emit(line)
 
   def finish(self, workdir: str | os.PathLike | None = None) -> str:
     """Prints the closing line: steps run in this process, wall time, where results are."""

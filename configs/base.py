@@ -8,6 +8,8 @@ Batch semantics: `data.global_batch_size` is the number of examples in one optim
 summed over all processes and devices. Each process loads global / process_count examples and
 each device gets global / device_count, so 1 device, N devices and M processes x N devices
 train identically for the same global batch (it must be divisible by the device count).
+With `data.batching = 'tokens'` a training step instead holds about `data.tokens_per_batch`
+tokens, its rows a multiple of the device count; eval batches keep `global_batch_size`.
 """
 
 import ml_collections
@@ -20,23 +22,26 @@ def get_config() -> ml_collections.ConfigDict:
   # What to learn. Synthetic tasks generate example i from (seed, split, i).
   c.task = ml_collections.ConfigDict()
   # Synthetic: copy | reverse | sort | addition. Real data (attnlab/data/<module>.py):
-  # cmudict_g2p | dates | parallel_text | wmt14_translate (module tfds_tasks.py).
+  # bible | cmudict_g2p | dates | parallel_text | wmt14_translate (module wmt.py).
   c.task.name = 'reverse'
   c.task.vocab_size = 20  # synthetic tasks: number of distinct symbols
   c.task.train_lengths = (5, 20)  # synthetic: inclusive (min, max) source length, train split
   c.task.eval_lengths = (5, 20)  # synthetic: (min, max) for eval/test (length generalisation)
   c.task.num_train_examples = 100_000  # synthetic, dates: size of the train split
   c.task.num_eval_examples = 500  # synthetic, dates: size of the eval and of the test split
-  c.task.data_dir = ''  # TFDS data dir for real datasets ('' = TFDS default)
+  c.task.data_dir = ''  # TFDS data dir for real datasets and SentencePiece caches ('' = TFDS's)
   c.task.keep_stress = False  # cmudict_g2p: keep ARPAbet stress digits (AH0) in the targets
   c.task.train_files = ()  # parallel_text: (path.tsv,) or (source_path, target_path)
   c.task.eval_files = ()  # parallel_text: the same for the eval split
   c.task.test_files = ()  # parallel_text: the same for the test split
-  c.task.tokenizer = 'char'  # parallel_text: char | word | sentencepiece (wmt: sentencepiece)
-  c.task.text_vocab_size = 8000  # parallel_text, wmt: pieces or most frequent symbols per side
+  c.task.tokenizer = 'char'  # parallel_text, bible: char | word | sentencepiece (wmt: the last)
+  c.task.text_vocab_size = 8000  # parallel_text, bible, wmt: pieces or most frequent symbols/side
   c.task.max_chars = 1000  # parallel_text: pairs with a longer side are dropped (counted)
   c.task.source_language = 'de'  # wmt14_translate: language translated from
   c.task.target_language = 'en'  # wmt14_translate: language translated into
+  c.task.source_module = 'spaRV1909eb'  # bible: SWORD module translated from (Reina-Valera 1909)
+  c.task.target_module = 'engWEB2015eb'  # bible: SWORD module translated into (World English)
+  c.task.sword_path = ''  # bible: SWORD library dirs, ':'-separated ('' = the usual places)
 
   # How examples become batches.
   c.data = ml_collections.ConfigDict()
@@ -46,6 +51,10 @@ def get_config() -> ml_collections.ConfigDict:
   c.data.bucket_size = 8  # pad lengths up to a multiple of this: few static shapes to compile
   c.data.shuffle_buffer_epochs = True  # reshuffle the train split each epoch
   c.data.prefetch = 2  # batches prepared ahead by the host
+  # examples: global_batch_size pairs per step | tokens: length buckets (attnlab/data/batching.py)
+  c.data.batching = 'examples'
+  c.data.tokens_per_batch = 2048  # tokens: rows x longer padded side per step, all devices/hosts
+  c.data.num_buckets = 8  # tokens: padded shapes (one compile each) fit to the train lengths
 
   # The model. `kind` picks the family; the other groups are read by that family only.
   c.model = ml_collections.ConfigDict()
@@ -68,6 +77,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.model.attention.window_radius = 10  # D: local windows cover [p_t - D, p_t + D]
   c.model.attention.num_heads = 1  # > 1: multi-head scaled-dot cross attention in the decoder
   c.model.attention.max_source_length = 0  # location score: scores per source slot (0 = unset)
+  c.model.attention.concat_bias = False  # concat: bias on W_q q (OpenNMT-py/Sockeye MLP form)
 
   c.model.transformer = ml_collections.ConfigDict()
   c.model.transformer.num_heads = 4
@@ -93,7 +103,12 @@ def get_config() -> ml_collections.ConfigDict:
   c.train.log_every = 50  # steps between training metric lines
   c.train.eval_every = 500  # steps between evaluations (and heatmaps); the last step always
   c.train.checkpoint_every = 500  # steps between checkpoints; the last step always
-  c.train.keep_checkpoints = 3
+  c.train.keep_checkpoints = 3  # rolling latest checkpoints; the best one is kept apart
+  # Model selection on the eval split (attnlab/selection.py): the metric, or auto = the task's
+  # (G2P wer, translation bleu, else sequence_accuracy); the test split uses the best step.
+  c.train.select_metric = 'auto'
+  c.train.patience = 0  # stop after this many evaluations without improvement (0 = never)
+  c.train.divergence_factor = 10.0  # stop when the loss exceeds this x its lowest (0 = off)
 
   c.eval = ml_collections.ConfigDict()
   c.eval.search = 'greedy'  # greedy | beam
@@ -168,9 +183,9 @@ def shrink_real_task_for_smoke(c: ml_collections.ConfigDict, global_batch_size: 
 
 
 def shrink_translation_for_smoke(c: ml_collections.ConfigDict) -> None:
-  """The `:smoke` variant of the translation configs: 64 pieces, short pairs, beam 2 (tests)."""
+  """The `:smoke` variant of the translation configs: 320 pieces, short pairs, beam 2 (tests)."""
   shrink_real_task_for_smoke(c, global_batch_size=8)
-  c.task.text_vocab_size = 64
+  c.task.text_vocab_size = 320  # SentencePiece's byte fallback alone takes 256 pieces
   c.data.max_source_length = 32
   c.data.max_target_length = 32
   c.data.bucket_size = 8

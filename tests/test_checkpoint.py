@@ -1,6 +1,7 @@
 """checkpoint.Checkpointer: round trip, keep-N, cadence, corrupted-latest fallback, empty dir."""
 
 import logging
+import os
 import pathlib
 
 import jax
@@ -9,7 +10,8 @@ import numpy as np
 import optax
 import pytest
 
-from attnlab.checkpoint import Checkpointer
+import attnlab
+from attnlab.checkpoint import Checkpointer, MissingCheckpointError
 
 
 def _state(seed: float):
@@ -76,6 +78,9 @@ def test_interval_force_and_no_overwrite(tmp_path):
     assert ckpt.all_steps() == [3, 6, 7]
 
 
+_READ_ERROR = 'JSONDecodeError: Expecting value: line 1 column 1 (char 0)'  # what _corrupt causes
+
+
 def _corrupt(step_dir: pathlib.Path) -> None:
   files = [f for f in step_dir.rglob('*') if f.is_file()]
   assert files
@@ -90,11 +95,19 @@ def test_corrupted_latest_falls_back_to_previous(tmp_path, caplog):
   _corrupt(tmp_path / '30')
   with Checkpointer(tmp_path, keep=3) as ckpt:
     assert ckpt.latest_step() == 30
-    with caplog.at_level(logging.WARNING):
+    with caplog.at_level(logging.INFO):
       got, data_state, step = ckpt.restore_or_none(target_state=_state(0.0))
     assert step == 20 and data_state == {'step': 20}
     _assert_same(got, _state(20.0))
-    assert 'checkpoint step 30' in caplog.text and 'unreadable' in caplog.text
+    # One warning: which step, why (one line), where it went; the detail is INFO (log file).
+    ours = [r for r in caplog.records if r.pathname.startswith(os.path.dirname(attnlab.__file__))]
+    (warning,) = [r for r in ours if r.levelno >= logging.WARNING]
+    assert warning.getMessage() == (
+      f'checkpoint step 30 in {tmp_path} is unreadable ({_READ_ERROR}); moved to '
+      f'{tmp_path}/30.unreadable; using step 20 instead (details in the log file)')
+    assert warning.exc_info is None
+    (detail,) = [r for r in caplog.records if r.getMessage().startswith('reading checkpoint')]
+    assert detail.levelno == logging.INFO and detail.exc_info is not None
     # The unreadable step is set aside, so training can save step 30 again.
     assert (tmp_path / '30.unreadable').is_dir()
     assert ckpt.all_steps() == [10, 20]
@@ -144,3 +157,32 @@ def test_bad_arguments(tmp_path):
     with pytest.raises(TypeError, match='data_state must be JSON-serialisable'):
       ckpt.save(1, _state(1.0), {'rng': np.zeros(2)}, {})
     assert ckpt.latest_step() is None
+
+
+def test_best_checkpoint_is_kept_apart_and_pruned_only_when_superseded(tmp_path):
+  params = lambda v: {'w': np.full((2,), v, np.float32)}
+  with Checkpointer(tmp_path, keep=1) as ckpt:
+    assert ckpt.best_step() is None
+    with pytest.raises(MissingCheckpointError, match="no 'best' checkpoint"):
+      ckpt.restore_params('best')
+    ckpt.save_best(2, params(2.0), {'value': 0.5})
+    ckpt.save(2, _state(2.0), {'step': 2}, {}, best_step=2)
+    ckpt.save(3, _state(3.0), {'step': 3}, {}, best_step=2)  # keep=1 deletes latest step 2
+    ckpt.save_best(4, params(4.0), {'value': 0.7})
+    ckpt.save(4, _state(4.0), {'step': 4}, {}, best_step=4)
+    # Best step 2 stays until the save that refers to step 4 is committed (at close here).
+    assert ckpt.best_steps() == [2, 4] and ckpt.all_steps() == [4]
+  with Checkpointer(tmp_path, keep=1) as ckpt:
+    assert ckpt.best_steps() == [4] and ckpt.best_info() == {'value': 0.7}
+    got, step = ckpt.restore_params('best')
+    assert step == 4 and isinstance(got['w'], np.ndarray)
+    np.testing.assert_array_equal(got['w'], [4.0, 4.0])
+    got, step = ckpt.restore_params('latest', target_params=_state(0.0)['params'])
+    assert step == 4
+    _assert_same(got, _state(4.0)['params'])
+    assert ckpt.restore_params(4)[1] == 4
+    with pytest.raises(MissingCheckpointError, match=r'latest steps \[4\], best 4'):
+      ckpt.restore_params(7)
+    # Resuming from step 3 (say step 4 was unreadable) drops the best of the dead future.
+    assert not ckpt.resume_best(3, best_step=2)
+    assert ckpt.best_steps() == []

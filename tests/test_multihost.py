@@ -37,6 +37,7 @@ FLAGS = (
   '--config.task.num_eval_examples=20',
   "--config.eval.splits=('test',)",  # the last step evaluates only the test split
   '--config.eval.num_heatmaps=1',
+  '--verbosity=0',  # INFO logs (fingerprints, 'resumed from') on the console, not only train.log
 )
 FINGERPRINT = re.compile(r'params at step (\d+) \((\w+)\): fingerprint (\w+), identical on all 2')
 

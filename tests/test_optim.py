@@ -162,7 +162,10 @@ def test_plain_object_config():
     ({'warmup_steps': -1}, 'optim.warmup_steps=-1 must be a non-negative integer'),
     ({'end_lr_fraction': 1.5}, r'optim.end_lr_fraction=1.5 must be in \[0, 1\]'),
     ({'clip_norm': -1.0}, 'optim.clip_norm=-1.0 must be >= 0'),
-    ({'learning_rate': 0.0}, 'optim.learning_rate=0.0 must be > 0'),
+    ({'learning_rate': 0.0}, 'optim.learning_rate=0.0 must be a finite number > 0'),
+    ({'learning_rate': -1e-3}, 'optim.learning_rate=-0.001 must be a finite number > 0'),
+    ({'learning_rate': math.inf}, 'optim.learning_rate=inf must be a finite number > 0'),
+    ({'learning_rate': math.nan}, 'optim.learning_rate=nan must be a finite number > 0'),
   ],
 )
 def test_errors_name_the_key(overrides, message):

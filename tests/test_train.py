@@ -1,32 +1,21 @@
-"""The training system end to end: resume, non-finite loss, the CLI, and learning."""
+"""The training system end to end: resume, the divergence guard, logged values, the console."""
 
+import glob
 import json
+import math
 import os
-import subprocess
-import sys
+import re
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from smoke_runs import die_before_step, run_cli, smoke_config
 
-from attnlab import checkpoint, data, steps, train
-from configs import reverse
+from attnlab import checkpoint, config, divergence, steps, train
+from attnlab.evaluate import Evaluator
 
-REPO = os.path.join(os.path.dirname(__file__), '..')
-
-
-def smoke_config(**updates):
-  c = reverse.get_config('smoke')
-  updates = {'parallel.num_devices': 1, **updates}  # 8 simulated devices only in parallel tests
-  with c.unlocked():
-    for key, value in updates.items():
-      *groups, leaf = key.split('.')
-      node = c
-      for g in groups:
-        node = getattr(node, g)
-      setattr(node, leaf, value)
-  return c
+LIBRARY_LOG_LINE = re.compile(r'^[IWEF]\d{4} \d\d:\d\d:\d\d', re.MULTILINE)  # absl's prefix
 
 
 def restored_params(workdir, config):
@@ -35,32 +24,24 @@ def restored_params(workdir, config):
   return state.params
 
 
+def _events(workdir):
+  return [json.loads(line) for line in open(os.path.join(workdir, 'metrics.jsonl'))]
+
+
 def test_interrupted_run_resumes_to_the_same_result(tmp_path, monkeypatch):
   config = smoke_config(**{'train.num_steps': 6, 'train.checkpoint_every': 2,
                            'train.log_every': 1, 'train.eval_every': 6})
   full = train.train_and_evaluate(config, str(tmp_path / 'full'))
 
-  real_batches = data.train_batches
-
-  class DyingBatches:
-    """The real batches of a fresh run, but the process 'dies' fetching step 4's batch."""
-
-    def __init__(self, *args, **kwargs):
-      self.inner = real_batches(*args, **kwargs)
-      self.num_filtered = self.inner.num_filtered
-      self.fetched = kwargs.get('start_step', 0)
-
-    def __next__(self):
-      if self.fetched == 3:
-        raise KeyboardInterrupt('simulated kill')
-      self.fetched += 1
-      return next(self.inner)
-
-  monkeypatch.setattr(data, 'train_batches', DyingBatches)
+  die_before_step(monkeypatch, 4)
   workdir = str(tmp_path / 'interrupted')
   with pytest.raises(KeyboardInterrupt):
     train.train_and_evaluate(config, workdir)
   assert checkpoint.Checkpointer(os.path.join(workdir, 'checkpoints'), keep=3).latest_step() == 2
+  # The killed attempt still records its wall time.
+  (killed,) = [json.loads(line) for line in open(os.path.join(workdir, train.RUN_TIMES))]
+  assert (killed['first_step'], killed['last_step'], killed['outcome']) == (0, 3, 'interrupted')
+  assert killed['wall_s'] > 0
   monkeypatch.undo()
   resumed = train.train_and_evaluate(config, workdir)  # the same command again
 
@@ -71,56 +52,164 @@ def test_interrupted_run_resumes_to_the_same_result(tmp_path, monkeypatch):
   b = restored_params(workdir, config)
   for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
     np.testing.assert_allclose(x, y, rtol=1e-6, atol=1e-7)
-  events = [json.loads(line) for line in open(os.path.join(workdir, 'metrics.jsonl'))]
+  events = _events(workdir)
   assert max(e['step'] for e in events if e['split'] == 'train') == 6
-  assert {e['split'] for e in events} == {'train', 'eval', 'test'}
+  assert {e['split'] for e in events} == {'train', 'eval', 'test', 'selection'}
+  times = [json.loads(line) for line in open(os.path.join(workdir, train.RUN_TIMES))]
+  assert [(t['first_step'], t['last_step'], t['outcome']) for t in times] == [
+    (0, 3, 'interrupted'), (2, 6, 'finished')]
 
 
-def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypatch):
+def test_logged_learning_rate_is_the_one_the_update_used(tmp_path):
+  """optax evaluates the schedule at the number of updates applied before this one, so the
+  update that makes step k uses lr(k - 1): linear warmup over 4 steps to 1e-3 gives
+  0, 2.5e-4, 5e-4, 7.5e-4 for steps 1-4."""
+  config = smoke_config(**{'train.log_every': 1, 'optim.schedule': 'constant',
+                           'optim.warmup_steps': 4, 'optim.learning_rate': 1e-3})
+  workdir = str(tmp_path / 'run')
+  train.train_and_evaluate(config, workdir)
+  logged = [e['learning_rate'] for e in _events(workdir) if e['split'] == 'train']
+  assert logged == pytest.approx([0.0, 2.5e-4, 5e-4, 7.5e-4], rel=1e-6)
+
+
+def _poison_loss(monkeypatch, from_update: int, make_bad):
+  """Training steps from the `from_update`-th update (0-based) on report make_bad(loss_sum)."""
   real_step = steps.train_step
 
   def poisoned(state, batch, key, *, axis_name, label_smoothing=0.0):
     new_state, sums = real_step(state, batch, key, axis_name=axis_name,
                                 label_smoothing=label_smoothing)
-    bad = state.step >= 3  # the 4th optimiser step onwards
-    sums = dict(sums, loss_sum=jnp.where(bad, jnp.nan, sums['loss_sum']))
-    return new_state, sums
+    bad = state.step >= from_update
+    return new_state, dict(sums, loss_sum=jnp.where(bad, make_bad(sums['loss_sum']),
+                                                    sums['loss_sum']))
 
   monkeypatch.setattr(steps, 'train_step', poisoned)
+
+
+def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypatch):
+  _poison_loss(monkeypatch, 3, lambda loss: jnp.nan * loss)  # the 4th update onwards
   config = smoke_config(**{'train.num_steps': 8, 'train.checkpoint_every': 2,
                            'train.log_every': 1, 'train.eval_every': 8})
   workdir = str(tmp_path / 'nan')
   with pytest.raises(train.NonFiniteLossError,
-                     match=r'non-finite training loss in steps up to 4; the last good '
+                     match=r'training diverged at step 4: non-finite training loss \(nan\); the '
+                           r'last good checkpoint \(step 2\)'):
+    train.train_and_evaluate(config, workdir)
+  assert checkpoint.Checkpointer(os.path.join(workdir, 'checkpoints'), keep=3).latest_step() == 2
+
+
+def test_a_runaway_finite_loss_stops_the_run(tmp_path, monkeypatch):
+  _poison_loss(monkeypatch, 2, lambda loss: loss * 1e6)  # finite, e.g. 3e6 from step 3
+  config = smoke_config(**{'train.num_steps': 8, 'train.checkpoint_every': 2,
+                           'train.log_every': 1, 'train.eval_every': 8})
+  workdir = str(tmp_path / 'run')
+  with pytest.raises(divergence.DivergenceError) as stopped:
+    train.train_and_evaluate(config, workdir)
+  message = str(stopped.value)
+  assert re.match(r'training diverged at step 3: training loss 3\.\d+e\+06 is above '
+                  r'train\.divergence_factor=10 times its lowest value so far \(3\.\d+', message)
+  assert 'the last good checkpoint (step 2)' in message
+  # Clipping is on in this config: the advice says so instead of suggesting it.
+  assert 'gradient clipping is on (optim.clip_norm=1)' in message
+  assert 'set optim.clip_norm' not in message
+  assert checkpoint.Checkpointer(os.path.join(workdir, 'checkpoints'), keep=3).latest_step() == 2
+
+
+def test_non_finite_eval_metric_stops_before_the_step_is_saved(tmp_path, monkeypatch):
+  real = Evaluator.evaluate
+
+  def exploding(self, params, split, step):
+    result = real(self, params, split, step)
+    return dict(result, perplexity=math.inf) if step == 4 else result
+
+  monkeypatch.setattr(Evaluator, 'evaluate', exploding)
+  config = smoke_config(**{'train.num_steps': 6, 'train.checkpoint_every': 2,
+                           'train.eval_every': 2, 'task.num_eval_examples': 16})
+  workdir = str(tmp_path / 'run')
+  with pytest.raises(divergence.DivergenceError,
+                     match=r'training diverged at step 4: eval perplexity is inf; the last good '
                            r'checkpoint \(step 2\)'):
     train.train_and_evaluate(config, workdir)
-  ckpt = checkpoint.Checkpointer(os.path.join(workdir, 'checkpoints'), keep=3)
-  assert ckpt.latest_step() == 2
+  assert checkpoint.Checkpointer(os.path.join(workdir, 'checkpoints'), keep=3).latest_step() == 2
+  assert [e['perplexity'] for e in _events(workdir) if e['split'] == 'eval'][-1] == math.inf
 
 
-def run_cli(*args, timeout=240):
-  return subprocess.run([sys.executable, '-m', 'attnlab.main', *args], cwd=REPO,
-                        capture_output=True, text=True, timeout=timeout,
-                        env={**os.environ, 'XLA_FLAGS': '--xla_force_host_platform_device_count=2'})
+def test_divergence_before_the_first_checkpoint_names_no_step(tmp_path, monkeypatch):
+  _poison_loss(monkeypatch, 0, lambda loss: jnp.inf * loss)
+  config = smoke_config(**{'train.checkpoint_every': 2, 'train.log_every': 1,
+                           'optim.clip_norm': 0.0})
+  with pytest.raises(train.NonFiniteLossError) as stopped:
+    train.train_and_evaluate(config, str(tmp_path / 'run'))
+  message = str(stopped.value)
+  assert 'at step 1:' in message and 'None' not in message
+  assert 'no checkpoint was saved before it (the first is due at step 2)' in message
+  assert 'set optim.clip_norm (e.g. 1.0; now 0 = off)' in message
 
 
-def test_cli_runs_writes_outputs_and_resumes(tmp_path):
+def test_loss_guard_threshold():
+  guard = divergence.LossGuard(10.0)
+  assert guard.problem(3.0) is None and guard.problem(0.5) is None
+  assert guard.lowest == 0.5
+  assert guard.problem(9.9) is None  # the lowest is floored at 1 nat: threshold 10
+  assert 'above train.divergence_factor=10' in guard.problem(10.5)
+  assert divergence.LossGuard(0.0).problem(1e30) is None  # off
+  assert 'non-finite' in divergence.LossGuard(0.0).problem(math.nan)
+
+
+def test_validation_rejects_a_divergence_factor_that_always_fires():
+  c = smoke_config(**{'train.divergence_factor': 0.5})
+  with pytest.raises(config.ConfigError, match='train.divergence_factor=0.5 must be 0 '):
+    config.parse(c)
+
+
+def test_warmup_longer_than_the_run_is_a_warning(tmp_path, caplog):
+  cfg = config.parse(smoke_config(**{'optim.warmup_steps': 1000, 'train.num_steps': 4}))
+  (warning,) = train.config_warnings(cfg)
+  # At the last update the learning rate is 0.003 * 3 / 1000.
+  assert warning == ('optim.warmup_steps=1000 >= train.num_steps=4: the learning rate never '
+                     'reaches optim.learning_rate=0.003 (at most 9e-06); shorten the warmup')
+  assert train.config_warnings(config.parse(smoke_config(**{'optim.warmup_steps': 3}))) == []
+  run, *_ = train.setup(smoke_config(**{'optim.warmup_steps': 1000}), str(tmp_path))
+  run.ckpt.close()
+  assert warning in caplog.text
+
+
+def test_cli_console_is_quiet_and_a_bad_checkpoint_is_one_warning(tmp_path):
   workdir = str(tmp_path / 'cli')
   first = run_cli('--config=configs/reverse.py:smoke', f'--workdir={workdir}')
   assert first.returncode == 0, first.stderr[-3000:]
   for name in ('config.json', 'metrics.jsonl', 'final_metrics.json', 'source_vocab.json',
-               'checkpoints', 'samples', 'attention', 'tensorboard'):
+               'checkpoints', 'samples', 'attention', 'tensorboard', 'train.log'):
     assert os.path.exists(os.path.join(workdir, name)), name
   assert any(f.endswith('.png') for f in os.listdir(os.path.join(workdir, 'attention')))
+  # No library INFO line on the console; they are all in the log file.
+  console = first.stdout + first.stderr
+  assert not [line for line in LIBRARY_LOG_LINE.findall(console) if line.startswith('I')]
+  log = open(os.path.join(workdir, 'train.log')).read()
+  assert len(re.findall(r'^I\d{4} .*(checkpoint_manager|atomicity)\.py', log, re.M)) > 10
+  assert 'process 0 of 1; 2 local devices' in log  # logged before the workdir was known
+  # The summaries: the run, the test metrics of the selected step, where the files are.
+  assert 'reverse: rnn lstm 1+1 layers' in first.stdout
+  assert 'test @ step 4 (selected on eval sequence_accuracy: best 0 at step 4)' in first.stdout
+  assert f'files in {workdir}: final_metrics.json' in first.stdout
+
+  # Damage the newest checkpoint's arrays: the rerun falls back with one clear warning.
+  for path in glob.glob(os.path.join(workdir, 'checkpoints', '4', 'state', '**', 'd', '*'),
+                        recursive=True):
+    with open(path, 'wb') as f:
+      f.write(b'\0garbage')
   second = run_cli('--config=configs/reverse.py:smoke', f'--workdir={workdir}')
   assert second.returncode == 0, second.stderr[-3000:]
-  assert 'resumed from step 4' in second.stderr
+  assert 'resumed from step 2' in second.stdout
+  assert 'Traceback' not in second.stderr and 'never retrieved' not in second.stderr
+  warnings = [line for line in second.stderr.splitlines() if line.startswith('W')]
+  (fallback,) = [line for line in warnings if 'checkpoint step 4' in line]
+  assert re.search(r'checkpoint step 4 in \S+ is unreadable \(\w+: .{10,}\); moved to '
+                   r'\S+/4\.unreadable; using step 2 instead \(details in the log file\)$',
+                   fallback), fallback
+  assert 'reading checkpoint step 4' in open(os.path.join(workdir, 'train.log')).read()
 
-
-def test_cli_rejects_bad_value_before_compiling(tmp_path):
-  result = run_cli('--config=configs/reverse.py:smoke', f'--workdir={tmp_path}',
-                   '--config.model.attention.score=gneral', timeout=60)
-  assert result.returncode != 0
-  assert ("model.attention.score='gneral' is not valid; choose from concat, dot, general, "
-          'location, scaled_dot') in result.stderr
-  assert not os.path.exists(os.path.join(tmp_path, 'checkpoints'))
+  # absl's --verbosity brings the library logs back to the console.
+  third = run_cli('--config=configs/reverse.py:smoke', f'--workdir={workdir}', '--verbosity=0')
+  assert third.returncode == 0, third.stderr[-3000:]
+  assert len([x for x in LIBRARY_LOG_LINE.findall(third.stderr) if x.startswith('I')]) > 5

@@ -16,7 +16,7 @@ PNG_MAGIC = b'\x89PNG\r\n\x1a\n'
 
 
 def _crc32c(data: bytes) -> int:
-  """Bitwise CRC-32C (Castagnoli), independent of the table-driven one in attnlab."""
+  """Bitwise CRC-32C (Castagnoli), to check the TFRecord framing independently of TensorBoard."""
   crc = 0xFFFFFFFF
   for byte in data:
     crc ^= byte
@@ -123,6 +123,19 @@ def test_progress_line(capsys):
   assert capsys.readouterr().out == out + '\n'
   # 700 steps in 5 s -> 140 steps/s; done.
   assert line.update(1000) == 'step 1000/1000 (100.0%) | 140.00 steps/s | ETA 0m00s'
+
+
+def test_eta_leaves_evaluation_out_of_the_rate_and_adds_the_evaluations_due():
+  times = iter([0.0, 10.0, 10.0, 30.0, 40.0])
+  line = writers.ProgressLine(1000, eval_every=500, clock=lambda: next(times), enabled=False)
+  # 100 steps in 10 s; no evaluation measured yet: 900 steps at 10 steps/s.
+  assert line.update(100) == 'step 100/1000 (10.0%) | 10.00 steps/s | ETA 1m30s'
+  with line.evaluating():  # 20 s, from t=10 to t=30
+    pass
+  # 100 steps in 30 s of which 20 s evaluated: still 10 steps/s (not 3.33). 800 steps left
+  # (80 s) and 3 evaluations due (steps 500 and 1000, then the final test one) at 20 s each.
+  assert line.update(200) == 'step 200/1000 (20.0%) | 10.00 steps/s | ETA 2m20s'
+  assert line.evaluations_due(999) == 2 and line.evaluations_due(1000) == 0
 
 
 def test_progress_report_and_finish(capsys):

@@ -1,0 +1,83 @@
+"""The divergence guard: a run whose loss explodes stops, with the step and advice that fits it.
+
+Two signals, both checked before anything of the step is saved, so the last checkpoint on disk
+is the last good one:
+  - a logged training loss (the mean over a logging window) that is not finite, or above
+    `train.divergence_factor` times the lowest logged loss so far. The lowest value is floored
+    at `LOSS_FLOOR` nats so that a loss near 0 late in training does not turn noise into a
+    stop; with the default factor 10 that means a stop only above 10 nats, more than the
+    loss of a uniform guess over a 20,000-token vocabulary (ln 20000 = 9.9).
+  - an eval metric that is not finite (a loss of 3e29 gives perplexity inf).
+"""
+
+from __future__ import annotations
+
+import math
+
+from attnlab.errors import UserError
+
+LOSS_FLOOR = 1.0  # nats
+EVAL_METRICS_CHECKED = ('loss', 'perplexity')
+
+
+class DivergenceError(UserError):
+  """Training diverged; the last good checkpoint is left untouched."""
+
+
+class NonFiniteLossError(DivergenceError):
+  """A NaN or inf training loss."""
+
+
+def advice(cfg) -> str:
+  """What to change, given the config (`cfg`: attnlab.config.RunConfig)."""
+  optim = cfg.optim
+  tips = [f'lower optim.learning_rate (now {optim.learning_rate:g})']
+  tips.append(f'lengthen optim.warmup_steps (now {optim.warmup_steps})')
+  if optim.clip_norm > 0:
+    clipping = f'gradient clipping is on (optim.clip_norm={optim.clip_norm:g})'
+  else:
+    tips.append('set optim.clip_norm (e.g. 1.0; now 0 = off)')
+    clipping = ''
+  if cfg.model.dtype == 'bfloat16':
+    tips.append('train in model.dtype=float32')
+  text = '; '.join(tips)
+  if clipping:
+    text += f' ({clipping})'
+  return text
+
+
+def last_good(step: int | None, directory, checkpoint_every: int) -> str:
+  if step is None:
+    return (f'no checkpoint was saved before it (the first is due at step {checkpoint_every}), '
+            'so a rerun starts from scratch')
+  return (f'the last good checkpoint (step {step}) in {directory} is kept; rerunning resumes '
+          f'from it, and --allow_config_change=optim.learning_rate lets it continue with a '
+          'lower --config.optim.learning_rate')
+
+
+class LossGuard:
+  """Raises `DivergenceError` when a logged training loss runs away (module docstring)."""
+
+  def __init__(self, factor: float, lowest: float | None = None):
+    self.factor = float(factor)
+    self.lowest = math.inf if lowest is None else float(lowest)
+
+  def problem(self, loss: float) -> str | None:
+    """Why `loss` means divergence, or None; records it as the new lowest otherwise."""
+    if not math.isfinite(loss):
+      return f'non-finite training loss ({loss})'
+    threshold = self.factor * max(self.lowest, LOSS_FLOOR)
+    if self.factor > 0 and math.isfinite(threshold) and loss > threshold:
+      return (f'training loss {loss:.4g} is above train.divergence_factor={self.factor:g} times '
+              f'its lowest value so far ({self.lowest:.4g}, floored at {LOSS_FLOOR:g})')
+    self.lowest = min(self.lowest, loss)
+    return None
+
+
+def eval_problem(split: str, metrics: dict) -> str | None:
+  """Why the eval metrics mean divergence (a non-finite loss or perplexity), or None."""
+  for key in EVAL_METRICS_CHECKED:
+    value = metrics.get(key)
+    if isinstance(value, int | float) and not math.isfinite(value):
+      return f'{split} {key} is {value}'
+  return None

@@ -1,0 +1,119 @@
+"""Model selection on the eval split, as the papers do it: keep the best checkpoint, stop early.
+
+At every evaluation (`train.eval_every` and the last step) the metric `train.select_metric` of
+the eval split is compared with the best value so far; an improvement makes that step the
+selected one and its parameters are saved apart from the rolling latest checkpoints
+(attnlab.checkpoint). An equal value improves only with a lower teacher-forced eval loss (a
+coarse metric such as exact match stays at 0 for long early in training; the earlier of two
+exact ties wins). `train.patience` > 0
+stops training after that many evaluations in a row without improvement. At the end the test
+split is evaluated with the selected checkpoint.
+
+`DIRECTIONS` is the one table of which way each metric improves; `TASK_METRICS` holds the
+metric a task selects on when the config says 'auto'.
+
+The state (best step and value, evaluations since) is plain JSON, saved with every latest
+checkpoint, so a killed and resumed run selects the same step as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from attnlab.config import ConfigError
+
+SELECT_SPLIT = 'eval'  # never the test split: it must stay unseen until the end
+
+# 'max': higher is better; 'min': lower is better. Names as attnlab.evaluate reports them.
+DIRECTIONS = {
+  'sequence_accuracy': 'max',  # exact match of the decoded output (dates, synthetic tasks)
+  'token_accuracy': 'max',  # teacher-forced
+  'teacher_forced_sequence_accuracy': 'max',
+  'bleu': 'max',  # sacrebleu corpus BLEU, 0-100
+  'chrf': 'max',
+  'wer': 'min',  # G2P word error rate
+  'per': 'min',  # G2P phone error rate
+  'loss': 'min',  # teacher-forced cross-entropy per token
+  'perplexity': 'min',
+  'alignment_error_rate': 'min',
+}
+
+# The metric `train.select_metric='auto'` picks per task; every other task selects on
+# sequence_accuracy (exact match: synthetic tasks and dates).
+TASK_METRICS = {
+  'cmudict_g2p': 'wer',
+  'parallel_text': 'bleu',
+  'wmt14_translate': 'bleu',
+  'bible': 'bleu',
+}
+DEFAULT_METRIC = 'sequence_accuracy'
+CHOICES = ('auto', *sorted(DIRECTIONS))
+
+
+def resolve_metric(select_metric: str, task_name: str) -> str:
+  """The metric selection uses: `select_metric`, or the task's own for 'auto'."""
+  if select_metric == 'auto':
+    return TASK_METRICS.get(task_name, DEFAULT_METRIC)
+  if select_metric not in DIRECTIONS:
+    raise ValueError(f'unknown metric {select_metric!r}; choose from {", ".join(CHOICES)}')
+  return select_metric
+
+
+def is_better(metric: str, value: float, than: float | None) -> bool:
+  """Whether `value` improves on `than` (None: nothing yet) in `metric`'s direction."""
+  if than is None:
+    return True
+  return value > than if DIRECTIONS[metric] == 'max' else value < than
+
+
+@dataclasses.dataclass
+class Selection:
+  """Best step and value so far, and evaluations without improvement since."""
+
+  metric: str
+  patience: int  # 0 = never stop early
+  best_step: int | None = None
+  best_value: float | None = None
+  best_loss: float | None = None  # the eval loss at the best step: breaks ties
+  evals_since_best: int = 0
+
+  @property
+  def mode(self) -> str:
+    return DIRECTIONS[self.metric]
+
+  def update(self, step: int, metrics: dict) -> bool:
+    """Records the eval metrics of `step`; returns True if `step` is the new best."""
+    if self.metric not in metrics:
+      available = ', '.join(sorted(k for k, v in metrics.items() if isinstance(v, int | float)))
+      raise ConfigError(f'train.select_metric={self.metric!r} is not among the eval metrics of '
+                        f'this task; choose from {available}')
+    value = float(metrics[self.metric])
+    loss = float(metrics.get('loss', math.nan))
+    tie_won = (value == self.best_value and self.best_loss is not None and loss < self.best_loss)
+    if math.isfinite(value) and (is_better(self.metric, value, self.best_value) or tie_won):
+      self.best_step, self.best_value, self.evals_since_best = int(step), value, 0
+      self.best_loss = loss if math.isfinite(loss) else None
+      return True
+    self.evals_since_best += 1
+    return False
+
+  @property
+  def patience_exhausted(self) -> bool:
+    return self.patience > 0 and self.evals_since_best >= self.patience
+
+  def to_json(self) -> dict:
+    return {'metric': self.metric, 'best_step': self.best_step, 'best_value': self.best_value,
+            'best_loss': self.best_loss, 'evals_since_best': self.evals_since_best}
+
+  def restore(self, saved: dict | None) -> None:
+    """Continues from `to_json()` output saved under the same metric (else starts afresh)."""
+    if saved and saved.get('metric') == self.metric:
+      self.best_step, self.best_value = saved['best_step'], saved['best_value']
+      self.best_loss = saved.get('best_loss')
+      self.evals_since_best = int(saved['evals_since_best'])
+
+  def describe(self) -> str:
+    """`eval sequence_accuracy (higher is better)`, for the console."""
+    way = 'higher' if self.mode == 'max' else 'lower'
+    return f'{SELECT_SPLIT} {self.metric} ({way} is better)'

@@ -1,0 +1,74 @@
+"""A user's mistake on the command line: one `error: ...` message, exit status 2, no traceback."""
+
+import os
+
+import pytest
+from smoke_runs import run_cli
+
+SMOKE = '--config=configs/reverse.py:smoke'
+
+
+def _one_error_line(result) -> str:
+  assert result.returncode == 2, (result.returncode, result.stderr[-3000:])
+  assert 'Traceback' not in result.stderr
+  lines = [line for line in result.stderr.splitlines() if line.strip()]
+  assert len(lines) == 1 and lines[0].startswith('error: '), result.stderr[-3000:]
+  assert '\\n' not in lines[0]  # no repr of a message with a newline in it
+  return lines[0]
+
+
+def test_bad_value_is_one_line_before_anything_is_written(tmp_path):
+  line = _one_error_line(run_cli(SMOKE, f'--workdir={tmp_path}/run',
+                                 '--config.model.attention.score=gneral'))
+  assert line == ("error: model.attention.score='gneral' is not valid; choose from concat, dot, "
+                  'general, location, scaled_dot')
+  assert not os.path.exists(tmp_path / 'run')
+
+
+def test_misspelled_config_key(tmp_path):
+  line = _one_error_line(run_cli(SMOKE, f'--workdir={tmp_path}', '--config.train.num_stepz=3'))
+  assert line.startswith('error: --config.train.num_stepz=3: config.train.num_stepz is not a '
+                         "config key ('num_stepz' is unknown)")
+  assert 'Did you mean "num_steps"' in line
+
+
+@pytest.mark.parametrize(('config', 'message'), [
+  ('configs/nothere.py', 'error: --config=configs/nothere.py: config file configs/nothere.py not '
+   'found (run from the repository root?)'),
+  ('configs/reverse.py:nope', "error: --config=configs/reverse.py:nope: unknown variant "
+   "'nope' of configs/reverse.py; choose from smoke, bottleneck, transformer"),
+])
+def test_config_file_that_does_not_load(tmp_path, config, message):
+  assert _one_error_line(run_cli(f'--config={config}', f'--workdir={tmp_path}')) == message
+
+
+def test_unknown_flag(tmp_path):
+  line = _one_error_line(run_cli(SMOKE, f'--workdirr={tmp_path}'))
+  assert "Unknown command line flag 'workdirr'" in line
+
+
+def test_data_input_error(tmp_path):
+  missing = tmp_path / 'missing.tsv'
+  line = _one_error_line(run_cli(
+    '--config=configs/parallel_text.py:smoke', f'--workdir={tmp_path}/run',
+    f"--config.task.train_files=('{missing}',)", f"--config.task.eval_files=('{missing}',)",
+    f"--config.task.test_files=('{missing}',)"))
+  assert str(missing) in line
+
+
+def test_diverging_run_stops_with_the_step_and_fitting_advice(tmp_path):
+  result = run_cli(SMOKE, f'--workdir={tmp_path}/run', '--config.optim.learning_rate=1e4',
+                   '--config.optim.warmup_steps=0', '--config.optim.clip_norm=0',
+                   '--config.train.num_steps=8', '--config.train.log_every=1',
+                   '--config.train.checkpoint_every=2', '--config.train.eval_every=8')
+  line = _one_error_line(result)
+  assert line.startswith('error: training diverged at step ')
+  assert 'above train.divergence_factor=10 times its lowest value' in line
+  assert 'set optim.clip_norm' in line and 'None' not in line
+  assert not os.path.exists(tmp_path / 'run' / 'final_metrics.json')
+
+
+@pytest.mark.parametrize('module', ['attnlab.sweep', 'attnlab.report', 'attnlab.run_report'])
+def test_other_entry_points_report_usage_errors_in_one_line(module):
+  line = _one_error_line(run_cli(module=module))
+  assert line.startswith('error: usage: python -m ')
