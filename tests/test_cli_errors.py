@@ -72,3 +72,18 @@ def test_diverging_run_stops_with_the_step_and_fitting_advice(tmp_path):
 def test_other_entry_points_report_usage_errors_in_one_line(module):
   line = _one_error_line(run_cli(module=module))
   assert line.startswith('error: usage: python -m ')
+
+
+@pytest.mark.parametrize('module, args, message', [
+  ('attnlab.report', [], 'holds no sweep.json'),
+  ('attnlab.run_report', ['--out={out}'], 'is not a finished run directory'),
+  ('attnlab.sweep', ['experiments/nothing.py', '--workdir={out}'], 'nothing.py'),
+])
+def test_other_entry_points_report_user_errors_in_one_line(tmp_path, module, args, message):
+  """A sweep or run directory that is not one: the same one line and exit 2 as attnlab.main."""
+  args = [a.format(out=tmp_path / 'out') for a in args]
+  if module != 'attnlab.sweep':
+    args = [str(tmp_path), *args]
+  line = _one_error_line(run_cli(*args, module=module))
+  assert message in line
+  assert not (tmp_path / 'out').exists()

@@ -135,6 +135,6 @@ def test_missing_final_metrics_names_the_file(run_dir, tmp_path):
   out = tmp_path / 'out'
   with pytest.raises(ValueError, match=re.escape(str(run_dir / 'final_metrics.json'))):
     run_report.write_run_report(str(run_dir), str(out))
-  with flagsaver.flagsaver(), pytest.raises(SystemExit, match='final_metrics.json not found'):
+  with flagsaver.flagsaver(), pytest.raises(run_report.RunReportError, match='json not found'):
     run_report.main(flags.FLAGS(['run_report', str(run_dir), f'--out={out}']))
   assert not out.exists()

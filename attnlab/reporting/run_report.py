@@ -20,12 +20,13 @@ import json
 import os
 import re
 import shutil
-import sys
 
 import numpy as np
 from absl import app, flags
 from matplotlib.figure import Figure
 
+from attnlab import cli
+from attnlab.errors import UserError
 from attnlab.reporting import html, html_heatmaps
 from attnlab.reporting import plots as report_plots
 from attnlab.reporting import stats as report_stats
@@ -43,7 +44,7 @@ _COMMAND = flags.DEFINE_string('command', None, 'The exact command that trained 
 _WALL_S = flags.DEFINE_float('wall_s', None, 'Wall time in seconds (default: run_times.jsonl).')
 
 
-class RunReportError(ValueError):
+class RunReportError(UserError):
   """A run directory that cannot be reported."""
 
 
@@ -177,7 +178,9 @@ def summary(run_dir: str, result, task: str, config_file: str, command, wall_s) 
     '',
     f'- Wall time: {_wall_time(run_dir, wall_s)}',
     f'- Parameters: {final.get("num_params", 0):,}',
-    f'- Training steps: {final.get("step", 0):,}',
+    f'- Training steps: {final.get("trained_steps", final.get("step", 0)):,}',
+    *([f'- Tested checkpoint: step {final["step"]:,}, selected on eval {selected}']
+      if (selected := (final.get('selection') or {}).get('metric')) else []),
     '- Training throughput: '
     + (
       f'{rate:,.0f} tokens/s (median over logging windows after the first, which includes '
@@ -250,12 +253,9 @@ def main(argv):
     raise app.UsageError(
       "usage: python -m attnlab.run_report RUN_DIR --out=DIR [--command='...'] [--wall_s=SECONDS]"
     )
-  try:
-    print(write_run_report(argv[1], _OUT.value, command=_COMMAND.value, wall_s=_WALL_S.value))
-    print(os.path.join(_OUT.value, html.FILE_NAME))
-  except RunReportError as e:
-    sys.exit(f'error: {e}')
+  print(write_run_report(argv[1], _OUT.value, command=_COMMAND.value, wall_s=_WALL_S.value))
+  print(os.path.join(_OUT.value, html.FILE_NAME))
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

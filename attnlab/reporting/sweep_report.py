@@ -25,11 +25,11 @@ import json
 import math
 import os
 import statistics
-import sys
 
 import numpy as np
 from absl import app, flags
 
+from attnlab import cli
 from attnlab.reporting import html, html_heatmaps
 from attnlab.reporting import plots as report_plots
 from attnlab.reporting.stats import (
@@ -358,12 +358,9 @@ def write_report(workdir: str, metric: str = 'auto', *, plots: bool = True) -> s
 def main(argv):
   if len(argv) != 2:
     raise app.UsageError('usage: python -m attnlab.report DIR [--metric=auto]')
-  try:
-    print(write_report(argv[1], _METRIC.value))
-    print(os.path.join(argv[1], html.FILE_NAME))
-  except trials_lib.SweepError as e:
-    sys.exit(f'error: {e}')
+  print(write_report(argv[1], _METRIC.value))
+  print(os.path.join(argv[1], html.FILE_NAME))
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

@@ -27,6 +27,7 @@ import sys
 
 from absl import app, flags
 
+from attnlab import cli
 from attnlab.sweeps import runner as sweep_runner
 from attnlab.sweeps import trials as trials_lib
 from attnlab.sweeps.trials import SweepError
@@ -196,12 +197,10 @@ def main(argv):
       report=_REPORT.value,
       progress_every=_PROGRESS_EVERY.value,
     )
-  except SweepError as e:
-    sys.exit(f'error: {e}')
   except KeyboardInterrupt:
     sys.exit('interrupted: rerun the same command to resume')
   sys.exit(code)
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

@@ -35,6 +35,7 @@ from typing import Any
 import ml_collections
 
 from attnlab import config as config_lib
+from attnlab.errors import UserError
 
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MANIFEST = 'sweep.json'
@@ -43,7 +44,7 @@ _MAX_NAME = 120  # longer names are cut and get a hash of the full overrides
 _SCALARS = (bool, int, float, str)
 
 
-class SweepError(ValueError):
+class SweepError(UserError):
   """An experiment file or a sweep directory that cannot be run."""
 
 
