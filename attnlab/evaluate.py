@@ -2,17 +2,35 @@
 
 Teacher forcing gives loss, perplexity and token accuracy (run data-parallel like training).
 Free decoding (greedy or beam, `eval.search`) gives the sequence accuracy, its breakdown by
-source length (the view of Bahdanau et al. 2015, Fig. 2) and attention statistics; process 0
-writes decoded samples to `samples/` and attention heatmaps of the split's first examples to
-`attention/`. In multi-process runs each process decodes its share of every eval batch and the
-shares are gathered, so every process computes the metrics over the whole split.
+source length (the view of Bahdanau et al. 2015, Fig. 2) and attention statistics. Process 0
+writes, into its output directory (the run's workdir during training):
+  samples/<split>_step<N>.txt   `eval.num_samples` decoded examples: a fixed random subset of
+                                the split (seeded by `seed`), the same examples at every step
+  attention/                    heatmaps (PNG + .npz) of the split's first `eval.num_heatmaps`
+  predictions_<split>.jsonl     one line per example: index, correct, source_length, and the
+                                source, reference(s) and hypothesis as text (score them with
+                                any external tool, e.g. sacrebleu on the hypothesis column)
+Decoding a large split prints a progress line to stderr every `PROGRESS_EVERY_S` seconds.
+In multi-process runs each process decodes its share of every eval batch and the shares are
+gathered, so every process computes the metrics over the whole split.
+
+Re-evaluating a saved checkpoint (the same metrics the run wrote in final_metrics.json, for the
+same checkpoint and search settings; written to RUN/evaluations/, never over the run's files):
+
+    python -m attnlab.evaluate --workdir=RUN --split=test [--checkpoint=best|latest|STEP] \
+        [--search=beam --beam_size=5 --length_penalty=0.6 --max_decode_length=N]
 """
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import functools
 import json
 import os
+import sys
+import time
+import zlib
 
 import jax
 import numpy as np
@@ -24,11 +42,16 @@ from attnlab.parallel import DataParallel
 from attnlab.reporting import heatmaps
 
 LENGTH_BUCKET_WIDTH = 5  # source tokens per bucket in the by-length breakdown
+PROGRESS_EVERY_S = 10.0  # seconds between decoding progress lines (short evals print none)
 
 
-def decode_batch(model, params, src_BxS, *, method: str, beam_size: int, max_length: int,
-                 length_penalty: float) -> search.SearchResult:
-  """Encodes once, then searches over `model.decode_step`; jit with the sizes static."""
+def search_batch(model, params, src_BxS, *, method: str, beam_size: int, max_length: int,
+                 length_penalty: float) -> search.NBestResult:
+  """Encodes once, then searches over `model.decode_step`; jit with the sizes static.
+
+  Returns every hypothesis the search finished (beam: beam_size per row, best first; greedy:
+  one), so evaluation and `attnlab.decode` run the same search.
+  """
   variables = {'params': params}
   memory = model.apply(variables, src_BxS, method='encode')
   carry = model.apply(variables, memory, max_length, method='init_decode_carry')
@@ -37,9 +60,45 @@ def decode_batch(model, params, src_BxS, *, method: str, beam_size: int, max_len
     memory = search.expand_to_beams(memory, beam_size)
   step_fn = lambda tokens, c: model.apply(variables, memory, tokens, c, method='decode_step')
   if method == 'beam':
-    return search.beam_search(step_fn, carry, batch_size=batch_size, beam_size=beam_size,
-                              max_length=max_length, length_penalty=length_penalty)
-  return search.greedy_search(step_fn, carry, batch_size=batch_size, max_length=max_length)
+    return search.beam_search_nbest(step_fn, carry, batch_size=batch_size, beam_size=beam_size,
+                                    max_length=max_length, length_penalty=length_penalty)
+  return search.NBestResult.of(
+      search.greedy_search(step_fn, carry, batch_size=batch_size, max_length=max_length))
+
+
+def decode_batch(model, params, src_BxS, *, method: str, beam_size: int, max_length: int,
+                 length_penalty: float) -> search.SearchResult:
+  """The best hypothesis of every row (`search_batch`'s first entry)."""
+  return search_batch(model, params, src_BxS, method=method, beam_size=beam_size,
+                      max_length=max_length, length_penalty=length_penalty).best()
+
+
+def sample_positions(num_rows: int, num_samples: int, seed: int, split: str) -> list[int]:
+  """A fixed random subset of `num_rows` positions (sorted), the same at every evaluation."""
+  k = min(num_samples, num_rows)
+  rng = np.random.default_rng([seed, zlib.crc32(split.encode())])
+  return sorted(int(i) for i in rng.choice(num_rows, size=k, replace=False))
+
+
+class DecodeProgress:
+  """`decoding test: 640/6175 examples | 52.1/s | ETA 1m46s` on stderr, at most every
+  `every_s` seconds (None: never)."""
+
+  def __init__(self, split: str, total: int, *, every_s: float | None, stream=None):
+    self.split, self.total, self.every_s = split, total, every_s
+    self.stream = stream or sys.stderr
+    self.start = self.last = time.monotonic()
+
+  def update(self, done: int) -> None:
+    now = time.monotonic()
+    if self.every_s is None or now - self.last < self.every_s or done >= self.total:
+      return
+    self.last = now
+    rate = done / max(now - self.start, 1e-9)
+    eta = (self.total - done) / rate if rate > 0 else float('inf')
+    eta_text = f'{int(eta // 60)}m{int(eta % 60):02d}s' if np.isfinite(eta) else '?'
+    print(f'decoding {self.split}: {done}/{self.total} examples | {rate:.1f}/s | ETA {eta_text}',
+          file=self.stream, flush=True)
 
 
 def strip(ids) -> list[int]:
@@ -57,9 +116,11 @@ class Evaluator:
   """Evaluates params on a split; batches and compiled functions are built once and reused."""
 
   def __init__(self, model, task, cfg: RunConfig, parallel: DataParallel, workdir: str, *,
-               enabled: bool):
+               enabled: bool, progress_every_s: float | None = PROGRESS_EVERY_S):
+    """`workdir` is where samples, heatmaps and predictions go (process 0, if `enabled`)."""
     self.model, self.task, self.cfg, self.parallel = model, task, cfg, parallel
     self.workdir, self.enabled = workdir, enabled
+    self.progress_every_s = progress_every_s if enabled else None
     self._batches: dict[str, list] = {}
     self._eval_step = parallel.compile_eval_step(
         functools.partial(steps.eval_step, apply_fn=model.apply))
@@ -95,6 +156,8 @@ class Evaluator:
 
   def _decode_rows(self, params, batches, split: str) -> list[dict]:
     rows = []
+    total = sum(int(b['weight'].sum()) for b in batches) * jax.process_count()
+    progress = DecodeProgress(split, total, every_s=self.progress_every_s)
     for batch in batches:
       out = self._decode(params, batch['source'],
                          max_length=self.max_decode_length(batch['target'].shape[1]))
@@ -113,6 +176,7 @@ class Evaluator:
                'attention': attention[b, :lengths[b], :len(src) + 1]}
         row['correct'] = self.task.is_correct(split, row)
         rows.append(row)
+      progress.update(len(rows))
     return rows
 
   def _decoded_metrics(self, split: str, rows: list[dict]) -> dict:
@@ -141,19 +205,30 @@ class Evaluator:
     folder = os.path.join(self.workdir, 'samples')
     os.makedirs(folder, exist_ok=True)
     src_vocab, tgt_vocab = self.task.source_vocab, self.task.target_vocab
+    rows = sorted(rows, key=lambda r: r['index'])
+    chosen = sample_positions(len(rows), self.cfg.eval.num_samples, self.cfg.seed, split)
     with open(os.path.join(folder, f'{split}_step{step:07d}.txt'), 'w') as f:
-      for r in rows[:self.cfg.eval.num_samples]:
+      for r in (rows[i] for i in chosen):
         mark = 'ok ' if r['correct'] else 'ERR'
         f.write(f"{mark} #{r['index']}\n  src: {src_vocab.decode(r['source'])}\n"
                 f"  ref: {tgt_vocab.decode(r['reference'])}\n"
                 f"  hyp: {tgt_vocab.decode(r['hypothesis'])}\n")
 
   def _write_predictions(self, split: str, rows: list[dict]) -> None:
-    """Per-example correctness of the latest evaluation (paired significance tests)."""
-    with open(os.path.join(self.workdir, f'predictions_{split}.jsonl'), 'w') as f:
+    """Per-example results of the latest evaluation: correctness (paired significance tests)
+    and the texts (source and references as in the split, the detokenized hypothesis)."""
+    source, tgt_vocab = self.task.split(split), self.task.target_vocab
+    with open(os.path.join(self.workdir, f'predictions_{split}.jsonl'), 'w',
+              encoding='utf-8') as f:
       for r in sorted(rows, key=lambda r: r['index']):
-        f.write(json.dumps({'index': r['index'], 'correct': bool(r['correct']),
-                            'source_length': len(r['source'])}) + '\n')
+        example = source[r['index']]
+        line = {'index': r['index'], 'correct': bool(r['correct']),
+                'source_length': len(r['source']), 'source': example['source'],
+                'reference': example['target']}
+        if 'references' in example:  # tasks scored against several (G2P)
+          line['references'] = list(example['references'])
+        line['hypothesis'] = tgt_vocab.decode(r['hypothesis'])
+        f.write(json.dumps(line, ensure_ascii=False) + '\n')
 
   def _write_heatmaps(self, split: str, step: int, rows: list[dict]) -> None:
     if self.cfg.model.kind == 'rnn' and self.cfg.model.attention.timing == 'none':
@@ -172,3 +247,114 @@ class Evaluator:
       arrays[f"source_{r['index']}"] = np.array(source, dtype=str)
       arrays[f"output_{r['index']}"] = np.array(output, dtype=str)
     np.savez_compressed(os.path.join(folder, f'{split}_step{step:07d}.npz'), **arrays)
+
+
+# --- `python -m attnlab.evaluate`: re-evaluate a saved checkpoint -----------------------------
+
+
+def _parallel_for(cfg: RunConfig) -> DataParallel:
+  """The run's devices (parallel.*), or the most of this machine's that divide the batch."""
+  devices = jax.local_devices()
+  if cfg.parallel.num_devices:
+    devices = devices[:cfg.parallel.num_devices]
+  count = max(n for n in range(1, len(devices) + 1) if cfg.data.global_batch_size % n == 0)
+  return DataParallel(cfg.parallel.mode, devices=devices[:count])
+
+
+def _settings_name(split: str, step: int, e) -> str:
+  name = f'{split}_step{step:07d}_{e.search}'
+  if e.search == 'beam':
+    name += f'{e.beam_size}_lp{e.length_penalty:g}'
+  if e.max_decode_length:
+    name += f'_len{e.max_decode_length}'
+  if e.max_examples:
+    name += f'_first{e.max_examples}'
+  return name
+
+
+def evaluate_checkpoint(workdir: str, split: str = 'test', *, checkpoint: str = 'best',
+                        progress_every_s: float | None = PROGRESS_EVERY_S,
+                        **eval_overrides) -> tuple[dict, str]:
+  """Evaluates a saved checkpoint of RUN on `split`; returns (record, output directory).
+
+  `eval_overrides` replace eval.* keys (search, beam_size, length_penalty, max_decode_length,
+  max_examples; None keeps the run's). The record, `{'step', 'checkpoint', 'note', 'settings'
+  (the eval.* used), <split>: metrics}` (final_metrics.json's layout), is written to
+  RUN/evaluations/<split>_step<N>_<search>/metrics.json beside that evaluation's predictions,
+  samples and heatmaps; the run's own files are never touched.
+  """
+  from attnlab import runs
+  from attnlab.config import ConfigError
+
+  run = runs.load_run(workdir, checkpoint)
+  overrides = {k: v for k, v in eval_overrides.items() if v is not None}
+  try:
+    eval_cfg = dataclasses.replace(run.cfg.eval, **overrides)
+  except TypeError as e:
+    raise ConfigError(f'unknown eval setting: {e}') from None
+  eval_cfg.validate()
+  cfg = dataclasses.replace(run.cfg, eval=eval_cfg)
+  task = data.load_task(cfg)
+  if split not in task.split_names:
+    raise ConfigError(f'--split={split!r} is not valid; choose from {", ".join(task.split_names)}')
+  if (task.source_vocab, task.target_vocab) != (run.source_vocab, run.target_vocab):
+    raise runs.RunDirError(
+        f'the data of task {cfg.task.name!r} now give other vocabularies than the ones saved in '
+        f'{workdir}; the corpus changed since training, so its metrics would not be comparable')
+  out_dir = os.path.join(workdir, 'evaluations', _settings_name(split, run.step, eval_cfg))
+  os.makedirs(out_dir, exist_ok=True)
+  parallel = _parallel_for(cfg)
+  evaluator = Evaluator(run.model, task, cfg, parallel, out_dir, enabled=True,
+                        progress_every_s=progress_every_s)
+  result = evaluator.evaluate(parallel.replicate(run.params), split, run.step)
+  record = {'step': run.step, 'checkpoint': str(checkpoint), 'note': run.note,
+            'settings': dataclasses.asdict(eval_cfg), split: result}
+  with open(os.path.join(out_dir, 'metrics.json'), 'w') as f:
+    json.dump(record, f, indent=2, default=float)
+  return record, out_dir
+
+
+def _summary(split: str, step: int, result: dict) -> str:
+  parts = [f'{split} @ step {step}']
+  for key, value in result.items():
+    if isinstance(value, int | float | np.number) and not isinstance(value, bool):
+      parts.append(f'{key} {float(value):.4g}')
+  return ' | '.join(parts)
+
+
+def main(argv=None) -> int:
+  from absl import logging
+
+  from attnlab.errors import UserError
+
+  parser = argparse.ArgumentParser(
+      prog='python -m attnlab.evaluate',
+      description='Re-evaluate a checkpoint of a trained run on a split (metrics as in '
+                  'final_metrics.json), written to RUN/evaluations/.')
+  parser.add_argument('--workdir', required=True, help='the run directory')
+  parser.add_argument('--split', default='test', help='eval or test (default test)')
+  parser.add_argument('--checkpoint', default='best', help='best (default), latest or a step')
+  parser.add_argument('--search', choices=search.METHODS, help="default: the run's eval.search")
+  parser.add_argument('--beam_size', type=int)
+  parser.add_argument('--length_penalty', type=float, help='GNMT alpha')
+  parser.add_argument('--max_decode_length', type=int, help='0 = data.max_target_length')
+  parser.add_argument('--max_examples', type=int, help='first N examples (0 = all)')
+  args = parser.parse_args(argv)
+  logging.set_verbosity(logging.WARNING)  # orbax's INFO lines are not for this console
+  try:
+    record, out_dir = evaluate_checkpoint(
+        args.workdir, args.split, checkpoint=args.checkpoint, search=args.search,
+        beam_size=args.beam_size, length_penalty=args.length_penalty,
+        max_decode_length=args.max_decode_length, max_examples=args.max_examples)
+  except UserError as e:
+    print(f'error: {e}', file=sys.stderr)
+    return 2
+  if record['note']:
+    print(f"note: {record['note']}", file=sys.stderr)
+  print(_summary(args.split, record['step'], record[args.split]))
+  print(f"written to {os.path.join(out_dir, 'metrics.json')}")
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())

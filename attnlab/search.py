@@ -16,6 +16,9 @@ the next alive beams, and the carry rows and attention history follow their orig
 batch row is done once it has finished W hypotheses; at max_length the top W extensions are
 finished as they are. With W = 1 this is exactly greedy search for every alpha (a penalty only
 compares hypotheses of different lengths), which the tests pin.
+
+`beam_search_nbest` returns the whole finished set, W distinct hypotheses per row sorted by
+score (an n-best list); `beam_search` is its first entry.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ import jax.numpy as jnp
 from jax import lax
 
 from attnlab.models import BOS_ID, EOS_ID, PAD_ID
+
+METHODS = ('greedy', 'beam')  # eval.search, attnlab.decode --search
 
 # Finite on purpose: dead beams are added to and divided, and -inf - -inf would make NaNs.
 NEG_INF = -1.0e9
@@ -45,6 +50,45 @@ class SearchResult:
   scores_B: jax.Array  # ranking score: greedy = log_probs_B, beam = length-penalised
   log_probs_B: jax.Array  # sum of the token log-probabilities
   attention_BxTxS: jax.Array  # float32 cross attention per output step, zero after the end
+
+
+@flax.struct.dataclass
+class NBestResult:
+  """The K best finished hypotheses of every batch row, best first (K = beam size).
+
+  Slots whose score is NEG_INF hold no hypothesis (only when fewer than K could finish, e.g.
+  a vocabulary smaller than the beam); `valid_BxK` marks the real ones.
+  """
+
+  tokens_BxKxT: jax.Array
+  lengths_BxK: jax.Array
+  scores_BxK: jax.Array
+  log_probs_BxK: jax.Array
+  attention_BxKxTxS: jax.Array
+
+  @property
+  def valid_BxK(self) -> jax.Array:
+    return self.scores_BxK > NEG_INF / 2
+
+  def best(self) -> SearchResult:
+    return SearchResult(
+      tokens_BxT=self.tokens_BxKxT[:, 0],
+      lengths_B=self.lengths_BxK[:, 0],
+      scores_B=self.scores_BxK[:, 0],
+      log_probs_B=self.log_probs_BxK[:, 0],
+      attention_BxTxS=self.attention_BxKxTxS[:, 0],
+    )
+
+  @classmethod
+  def of(cls, result: SearchResult) -> NBestResult:
+    """A one-entry list (K = 1), e.g. of greedy search."""
+    return cls(
+      tokens_BxKxT=result.tokens_BxT[:, None],
+      lengths_BxK=result.lengths_B[:, None],
+      scores_BxK=result.scores_B[:, None],
+      log_probs_BxK=result.log_probs_B[:, None],
+      attention_BxKxTxS=result.attention_BxTxS[:, None],
+    )
 
 
 def length_penalty_factor(length: jax.Array, alpha: float) -> jax.Array:
@@ -194,6 +238,36 @@ def beam_search(
   """Beam search (module docstring); `init_carry` has batch_size rows, tiled here to B*W.
 
   `length_penalty` is the GNMT alpha (0 ranks finished hypotheses by summed log-prob).
+  Returns the best finished hypothesis of every row.
+  """
+  return beam_search_nbest(
+    step_fn,
+    init_carry,
+    batch_size=batch_size,
+    beam_size=beam_size,
+    max_length=max_length,
+    length_penalty=length_penalty,
+    bos_id=bos_id,
+    eos_id=eos_id,
+  ).best()
+
+
+def beam_search_nbest(
+  step_fn: StepFn,
+  init_carry: Any,
+  *,
+  batch_size: int,
+  beam_size: int,
+  max_length: int,
+  length_penalty: float = 0.6,
+  bos_id: int = BOS_ID,
+  eos_id: int = EOS_ID,
+) -> NBestResult:
+  """`beam_search`, returning every finished hypothesis: W per row, sorted by score.
+
+  They are distinct: alive beams are distinct prefixes (distinct (origin, token) pairs of
+  distinct origins), so hypotheses finished at one step differ, and ones finished at
+  different steps differ in length.
   """
   _check_sizes(batch_size, beam_size, max_length)
   B, W, T = batch_size, beam_size, max_length
@@ -274,10 +348,10 @@ def beam_search(
   state = lax.while_loop(cond, body, state)
   # top_k keeps the finished set sorted, so slot 0 is the best; the last step always finishes
   # at least beam 0, so slot 0 is a real hypothesis.
-  return SearchResult(
-    tokens_BxT=state['fin_seqs_BxWxT'][:, 0],
-    lengths_B=state['fin_lengths_BxW'][:, 0],
-    scores_B=state['fin_scores_BxW'][:, 0],
-    log_probs_B=state['fin_logp_BxW'][:, 0],
-    attention_BxTxS=state['fin_attn_BxWxTxS'][:, 0],
+  return NBestResult(
+    tokens_BxKxT=state['fin_seqs_BxWxT'],
+    lengths_BxK=state['fin_lengths_BxW'],
+    scores_BxK=state['fin_scores_BxW'],
+    log_probs_BxK=state['fin_logp_BxW'],
+    attention_BxKxTxS=state['fin_attn_BxWxTxS'],
   )

@@ -7,6 +7,7 @@ os.environ.setdefault('XLA_FLAGS', '--xla_force_host_platform_device_count=8')
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 
 import jax  # noqa: E402
+import pytest  # noqa: E402
 
 jax.config.update('jax_numpy_rank_promotion', 'raise')
 
@@ -38,3 +39,21 @@ def parse_command_line(args):
   )
   values(argv)
   return values.config
+
+
+@pytest.fixture(scope='session')
+def tiny_reverse_run(tmp_path_factory):
+  """A reverse:smoke run (4 steps) trained once per session, for tests that read a trained
+  run (decode, evaluate); sources of 3-6 symbols, so one padded shape compiles. Read it only
+  (re-evaluations go to its evaluations/ folder)."""
+  from attnlab import train
+  from configs import reverse
+
+  config = reverse.get_config('smoke')
+  with config.unlocked():
+    config.parallel.num_devices = 1
+    config.task.train_lengths = config.task.eval_lengths = (3, 6)
+    config.eval.num_heatmaps = 0
+  workdir = str(tmp_path_factory.mktemp('tiny_reverse_run'))
+  train.train_and_evaluate(config, workdir)
+  return workdir

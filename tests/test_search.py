@@ -137,6 +137,28 @@ def _np_beam(table_row, beam_size, alpha, max_length=T):
   return max(finished)
 
 
+def _np_beam_nbest(table_row, beam_size, alpha, max_length=T):
+  """The same search's finished set: its `beam_size` best (score, logp, tokens), best first."""
+  alive, finished = [((), 0.0)], []
+  for i in range(max_length):
+    cands = []
+    for toks, logp in alive:
+      prev2, prev1 = ((BOS_ID, BOS_ID) + toks)[-2:]
+      step_logp = _np_log_softmax(table_row[prev2, prev1])
+      cands += [(logp + step_logp[v], (*toks, v)) for v in range(V)]
+    cands = sorted(cands, key=lambda c: -c[0])[: 2 * beam_size]
+    marked = [(lp, toks, toks[-1] == EOS_ID or i == max_length - 1) for lp, toks in cands]
+    finished += [
+      (_np_score(lp, i + 1, alpha), lp, toks)
+      for lp, toks, end in marked[:beam_size]
+      if end and np.isfinite(lp)
+    ]
+    alive = [(toks, lp) for lp, toks, end in marked if not end][:beam_size]
+    if len(finished) >= beam_size:
+      break
+  return sorted(finished, key=lambda f: -f[0])[:beam_size]
+
+
 def _padded(tokens):
   return np.array(list(tokens) + [PAD_ID] * (T - len(tokens)))
 
@@ -155,6 +177,67 @@ def test_beam_matches_plain_python_beam_search(beam_size, alpha):
     np.testing.assert_allclose(got.log_probs_B[b], logp, rtol=1e-5)
     np.testing.assert_allclose(got.scores_B[b], score, rtol=1e-5)
     np.testing.assert_allclose(got.attention_BxTxS[b], _np_attention(toks, len(toks)), atol=1e-5)
+
+
+@functools.partial(jax.jit, static_argnames=('beam_size', 'alpha', 'max_length'))
+def _nbest(table, *, beam_size, alpha, max_length=T):
+  return search.beam_search_nbest(
+    _toy_step_fn(table),
+    _init_carry(table.shape[0]),
+    batch_size=table.shape[0],
+    beam_size=beam_size,
+    max_length=max_length,
+    length_penalty=alpha,
+  )
+
+
+@pytest.mark.parametrize('beam_size,alpha', [(3, 0.0), (4, 0.6)])
+def test_nbest_is_the_finished_set_of_plain_python_beam_search(beam_size, alpha):
+  table = _table(1, batch=4)
+  got = _nbest(jnp.asarray(table), beam_size=beam_size, alpha=alpha)
+  best = _beam(jnp.asarray(table), beam_size=beam_size, alpha=alpha)
+  for b in range(4):
+    want = _np_beam_nbest(table[b], beam_size, alpha)
+    assert len(want) == beam_size and bool(np.all(got.valid_BxK[b]))
+    lengths = got.lengths_BxK[b]
+    hyps = [tuple(got.tokens_BxKxT[b, k, : lengths[k]].tolist()) for k in range(beam_size)]
+    assert hyps == [toks for _, _, toks in want]
+    assert len(set(hyps)) == beam_size, 'n-best entries must be distinct'
+    scores = np.asarray(got.scores_BxK[b])
+    np.testing.assert_allclose(scores, [score for score, _, _ in want], rtol=1e-5)
+    assert np.all(np.diff(scores) <= 0), 'sorted best first'
+    np.testing.assert_allclose(got.log_probs_BxK[b], [lp for _, lp, _ in want], rtol=1e-5)
+    for k, toks in enumerate(hyps):
+      np.testing.assert_allclose(
+        got.attention_BxKxTxS[b, k], _np_attention(toks, len(toks)), atol=1e-5
+      )
+  # beam_search is the n-best list's first entry.
+  np.testing.assert_array_equal(best.tokens_BxT, got.tokens_BxKxT[:, 0])
+  np.testing.assert_array_equal(best.scores_B, got.scores_BxK[:, 0])
+
+
+def test_exhaustive_nbest_is_the_brute_force_top_k():
+  table = _table(4, batch=3)
+  width = (V - 1) ** (T - 1) * V  # nothing is pruned (as in the test below)
+  got = _nbest(jnp.asarray(table), beam_size=width, alpha=0.6)
+  k = 6
+  for b in range(3):
+    scored = sorted(
+      ((_np_score(_np_logp(table[b], h), len(h), 0.6), h) for h in _all_hypotheses(T)),
+      key=lambda sh: -sh[0],
+    )
+    top = [tuple(got.tokens_BxKxT[b, i, : got.lengths_BxK[b, i]].tolist()) for i in range(k)]
+    assert top == [h for _, h in scored[:k]]
+    np.testing.assert_allclose(got.scores_BxK[b, :k], [s for s, _ in scored[:k]], rtol=1e-5)
+
+
+def test_nbest_of_greedy_is_a_one_entry_list():
+  table = jnp.asarray(_table(2, batch=3, eos_bias=1.0))
+  greedy = _greedy(table)
+  one = search.NBestResult.of(greedy)
+  assert one.tokens_BxKxT.shape == (3, 1, T) and bool(np.all(one.valid_BxK))
+  np.testing.assert_array_equal(one.best().tokens_BxT, greedy.tokens_BxT)
+  np.testing.assert_array_equal(one.best().attention_BxTxS, greedy.attention_BxTxS)
 
 
 @pytest.mark.parametrize('alpha', [0.0, 0.6])

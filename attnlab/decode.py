@@ -1,0 +1,228 @@
+"""`python -m attnlab.decode --workdir=RUN`: a trained model answers your own inputs.
+
+    echo abcdefg | python -m attnlab.decode --workdir=runs/demo          # prints gfedcba
+    python -m attnlab.decode --workdir=runs/g2p --input=words.txt --output=phonemes.txt
+    python -m attnlab.decode --workdir=runs/g2p --nbest=3 --format=jsonl < words.txt
+
+Reads one input per line (`--input=FILE`, else stdin) in the task's raw form and writes one
+output per input line, in input order (`--output=FILE`, else stdout), detokenized:
+
+  --format=text   the output text; with --nbest=K, K lines per input in the Moses n-best
+                  form `LINE ||| OUTPUT ||| SCORE` (LINE: 0-based input line)
+  --format=jsonl  one object per input: index, input, output, outputs, scores, log_probs,
+                  source_tokens, output_tokens, unknown, error
+
+--checkpoint=best|latest|STEP picks the parameters; --search, --beam_size, --length_penalty
+and --max_decode_length override the run's eval.* settings. --attention_dir=DIR writes, per
+decoded line N, DIR/lineNNNNN.png (the best output's attention; multi-head models: one panel
+per head and their mean, per layer) and DIR/lineNNNNN.npz ('weights' [T, S] as search used
+them, 'source_tokens', 'output_tokens' and, multi-head, 'heads_<layer>' [heads, T, S]).
+
+Input handling (attnlab/inference.py): surrounding whitespace is stripped; an empty line gives
+an empty output line; symbols outside the vocabulary are read as <unk> and counted in one
+warning; a line longer than `data.max_source_length` tokens (EOS included; change with
+--max_input_length, 0 = up to the model's own limit) is not decoded: its output line is empty
+(jsonl: `error` says why) and stderr names it. Files are decoded in batches bucketed by
+length (compiled once per padded shape); from a terminal (or with --interactive) each line is
+answered as soon as it is entered. A workdir without config, vocabularies or checkpoint is
+refused in one line (`error: ...`, exit status 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Iterator
+
+import numpy as np
+
+from attnlab import inference, search
+from attnlab.errors import UserError
+
+CHUNK_LINES = 8192  # lines decoded (and written) together when reading a file or a pipe
+
+
+def _parser() -> argparse.ArgumentParser:
+  p = argparse.ArgumentParser(prog='python -m attnlab.decode',
+                              description='Decode your own inputs with a trained run.')
+  p.add_argument('--workdir', required=True, help='the run directory')
+  p.add_argument('--input', help='file with one input per line (default: stdin)')
+  p.add_argument('--output', help='file for the outputs (default: stdout)')
+  p.add_argument('--checkpoint', default='best', help='best (default), latest or a step number')
+  p.add_argument('--search', choices=search.METHODS, help="default: the run's eval.search")
+  p.add_argument('--beam_size', type=int, help="default: the run's eval.beam_size")
+  p.add_argument('--length_penalty', type=float, help='GNMT alpha (beam search)')
+  p.add_argument('--max_decode_length', type=int, help='most output tokens, EOS included')
+  p.add_argument('--nbest', type=int, default=1, help='hypotheses per input (beam search)')
+  p.add_argument('--format', choices=('text', 'jsonl'), default='text')
+  p.add_argument('--attention_dir', help='write a heatmap PNG and .npz per decoded line')
+  p.add_argument('--batch_size', type=int, help='rows per batch (default data.global_batch_size)')
+  p.add_argument('--max_input_length', type=int,
+                 help='most input tokens incl. EOS (default data.max_source_length; 0: no limit)')
+  p.add_argument('--interactive', action=argparse.BooleanOptionalAction, default=None,
+                 help='answer each line as it is read (default: when stdin is a terminal)')
+  return p
+
+
+def _lines(stream) -> Iterator[tuple[str | None, str | None]]:
+  """(text, error) per line of a binary stream; bytes that are not UTF-8 are an error."""
+  while True:
+    raw = stream.readline()
+    if not raw:
+      return
+    raw = raw.rstrip(b'\n').rstrip(b'\r')
+    try:
+      yield raw.decode('utf-8'), None
+    except UnicodeDecodeError as e:
+      yield None, f'bytes {raw[e.start:e.end]!r} at byte {e.start + 1} are not valid UTF-8'
+
+
+class Writer:
+  """Writes results in input order and keeps the counts the closing warnings report."""
+
+  def __init__(self, out, fmt: str, nbest: int, attention_dir: str | None, multi_head: bool):
+    self.out, self.fmt, self.nbest = out, fmt, nbest
+    self.attention_dir, self.multi_head = attention_dir, multi_head
+    self.unknown: dict[str, int] = {}
+    self.unknown_lines, self.failed, self.lines = 0, 0, 0
+
+  def write(self, result: inference.Decoded) -> None:
+    self.lines += 1
+    line_no = result.index + 1
+    if result.error:
+      self.failed += 1
+      print(f'line {line_no}: not decoded: {result.error}', file=sys.stderr)
+    if result.unknown:
+      self.unknown_lines += 1
+      for symbol in result.unknown:
+        self.unknown[symbol] = self.unknown.get(symbol, 0) + 1
+    if self.fmt == 'jsonl':
+      self.out.write(json.dumps(inference.as_json(result), ensure_ascii=False) + '\n')
+    elif self.nbest == 1:
+      self.out.write(result.output + '\n')
+    else:
+      for h in result.hypotheses:
+        self.out.write(f'{result.index} ||| {h.text} ||| {h.score:.6g}\n')
+    if self.attention_dir and result.hypotheses:
+      save_attention(self.attention_dir, line_no, result)
+
+  def warn(self) -> None:
+    if self.unknown:
+      shown = ', '.join(repr(s) for s in sorted(self.unknown, key=self.unknown.get,
+                                                reverse=True)[:10])
+      total = sum(self.unknown.values())
+      print(f'warning: {total} input symbols in {self.unknown_lines} lines are not in the '
+            f'source vocabulary and were read as <unk>: {shown}', file=sys.stderr)
+    if self.failed:
+      print(f'warning: {self.failed} of {self.lines} lines were not decoded (see above); their '
+            'output lines are empty', file=sys.stderr)
+
+
+def save_attention(folder: str, line_no: int, result: inference.Decoded) -> None:
+  """lineNNNNN.png and .npz of the best hypothesis (module docstring)."""
+  from attnlab.reporting import heatmaps
+
+  best, src = result.hypotheses[0], result.source_tokens
+  stem = os.path.join(folder, f'line{line_no:05d}')
+  title = f'line {line_no}: {result.input.strip()[:40]}'
+  arrays = {'weights': best.attention, 'source_tokens': np.array(src, dtype=str),
+            'output_tokens': np.array(best.tokens, dtype=str)}
+  if best.heads:
+    panels = []
+    for name, weights_NxTxS in best.heads.items():
+      arrays[f"heads_{name.replace(' ', '_')}"] = weights_NxTxS
+      panels += [(f'{name} head {n}', w, src, best.tokens) for n, w in enumerate(weights_NxTxS)]
+      panels.append((f'{name} mean', weights_NxTxS.mean(axis=0), src, best.tokens))
+    ncols = next(iter(best.heads.values())).shape[0] + 1
+    heatmaps.save_heatmap_grid(f'{stem}.png', panels, ncols=ncols)
+  else:
+    heatmaps.save_heatmap(f'{stem}.png', best.attention, src, best.tokens, title=title)
+  np.savez_compressed(f'{stem}.npz', **arrays)
+
+
+def _decode_stream(decoder, lines, writer: Writer, *, nbest: int, interactive: bool) -> None:
+  heads = bool(writer.attention_dir) and decoder.multi_head
+  chunk: list[tuple[str | None, str | None]] = []
+
+  def flush():
+    texts = [text if error is None else '' for text, error in chunk]
+    results = decoder.decode(texts, nbest=nbest, heads=heads)
+    offset = writer.lines  # lines written before this chunk
+    for result, (_, error) in zip(results, chunk, strict=True):
+      result.index += offset
+      if error is not None:
+        result.input, result.error = '', error
+      writer.write(result)
+    writer.out.flush()
+    if interactive:
+      writer.warn()  # per line: the user sees it next to the answer
+      writer.unknown, writer.unknown_lines = {}, 0
+    chunk.clear()
+
+  for item in lines:
+    chunk.append(item)
+    if interactive or len(chunk) >= CHUNK_LINES:
+      flush()
+  if chunk:
+    flush()
+
+
+def main(argv=None) -> int:
+  from absl import logging
+
+  args = _parser().parse_args(argv)
+  logging.set_verbosity(logging.WARNING)  # orbax's INFO lines are not for this console
+  try:
+    return _run(args)
+  except UserError as e:
+    print(f'error: {e}', file=sys.stderr)
+    return 2
+
+
+def _run(args) -> int:
+  from attnlab import runs
+
+  if args.input and not os.path.isfile(args.input):
+    raise UserError(f'--input={args.input}: no such file')
+  run = runs.load_run(args.workdir, args.checkpoint)
+  if run.note:
+    print(f'note: {run.note}', file=sys.stderr)
+  decoder = run.decoder(search=args.search, beam_size=args.beam_size,
+                        length_penalty=args.length_penalty,
+                        max_decode_length=args.max_decode_length, batch_size=args.batch_size,
+                        max_input_length=args.max_input_length)
+  decoder.decode([], nbest=args.nbest)  # checks --nbest against the search before reading
+  attention_dir = args.attention_dir
+  if attention_dir:
+    m = run.cfg.model
+    if m.kind == 'rnn' and m.attention.timing == 'none':
+      print('warning: this model has no attention (model.attention.timing=none); '
+            '--attention_dir writes nothing', file=sys.stderr)
+      attention_dir = None
+    else:
+      os.makedirs(attention_dir, exist_ok=True)
+  stdin = sys.stdin.buffer if hasattr(sys.stdin, 'buffer') else sys.stdin
+  source = open(args.input, 'rb') if args.input else stdin
+  interactive = args.interactive
+  if interactive is None:
+    interactive = not args.input and stdin.isatty()
+  out = open(args.output, 'w', encoding='utf-8') if args.output else sys.stdout
+  if interactive and stdin.isatty():
+    print(f'{args.workdir} (step {run.step}): one input per line, Ctrl-D to end',
+          file=sys.stderr)
+  writer = Writer(out, args.format, args.nbest, attention_dir, decoder.multi_head)
+  try:
+    _decode_stream(decoder, _lines(source), writer, nbest=args.nbest, interactive=interactive)
+  finally:
+    if args.input:
+      source.close()
+    if args.output:
+      out.close()
+  writer.warn()
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())

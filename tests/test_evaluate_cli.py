@@ -1,0 +1,105 @@
+"""`python -m attnlab.evaluate` and what evaluation writes: predictions with text, a fixed random
+sample of the split, progress lines for long decodes.
+
+They read one tiny run (conftest.tiny_reverse_run: reverse:smoke, 4 steps).
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from attnlab import evaluate
+from attnlab.data import load_task
+from attnlab.runs import read_config
+
+REPO = os.path.join(os.path.dirname(__file__), '..')
+
+
+@pytest.fixture(scope='module')
+def run_dir(tiny_reverse_run):
+  return tiny_reverse_run  # conftest.py: reverse:smoke, 4 steps, 48 eval and test examples
+
+
+def _read(path):
+  with open(path, encoding='utf-8') as f:
+    return f.read()
+
+
+def test_reevaluation_equals_final_metrics_and_leaves_the_run_alone(run_dir):
+  final = json.loads(_read(os.path.join(run_dir, 'final_metrics.json')))
+  before = {name: _read(os.path.join(run_dir, name))
+            for name in ('final_metrics.json', 'predictions_test.jsonl')}
+  record, out_dir = evaluate.evaluate_checkpoint(run_dir, 'test')
+  assert record['step'] == final['step'] == 4
+  # The same numbers, through the same JSON writer.
+  assert json.loads(json.dumps(record['test'], default=float)) == final['test']
+  assert json.loads(_read(os.path.join(out_dir, 'metrics.json')))['test'] == final['test']
+  assert out_dir.startswith(os.path.join(run_dir, 'evaluations', 'test_step0000004_greedy'))
+  for name, text in before.items():
+    assert _read(os.path.join(run_dir, name)) == text, f'{name} was rewritten'
+  assert _read(os.path.join(out_dir, 'predictions_test.jsonl')) == before['predictions_test.jsonl']
+
+
+def test_other_search_settings_go_to_their_own_directory(run_dir):
+  record, out_dir = evaluate.evaluate_checkpoint(run_dir, 'eval', checkpoint='latest',
+                                                 search='beam', beam_size=2, max_examples=8)
+  assert os.path.basename(out_dir) == 'eval_step0000004_beam2_lp0.6_first8'
+  assert record['settings']['search'] == 'beam' and record['settings']['beam_size'] == 2
+  assert record['eval']['num_examples'] == 8
+
+
+def test_predictions_hold_source_reference_and_hypothesis_text(run_dir):
+  cfg, _, _ = read_config(run_dir)
+  task = load_task(cfg)
+  split = task.split('eval')
+  rows = [json.loads(line) for line in _read(os.path.join(run_dir, 'predictions_eval.jsonl'))
+          .splitlines()]
+  assert [r['index'] for r in rows] == list(range(len(split)))
+  for r in rows:
+    example = split[r['index']]
+    assert r['source'] == example['source'] and r['reference'] == example['target']
+    assert r['source_length'] == len(example['source'])
+    assert r['correct'] == (r['hypothesis'] == r['reference'])  # reverse: exact match
+    assert set(r['hypothesis']) <= set(task.target_vocab.symbols) | set('<unk>')
+
+
+def test_samples_are_a_fixed_random_subset_of_the_split(run_dir):
+  text = _read(os.path.join(run_dir, 'samples', 'eval_step0000004.txt'))
+  shown = [int(i) for i in re.findall(r'^(?:ok |ERR) #(\d+)$', text, flags=re.M)]
+  expected = evaluate.sample_positions(48, 4, seed=0, split='eval')
+  assert shown == expected and len(shown) == 4
+  assert shown != [0, 1, 2, 3], 'a random subset, not the first lines'
+  assert evaluate.sample_positions(48, 4, seed=0, split='eval') == expected  # fixed
+  assert evaluate.sample_positions(48, 4, seed=0, split='test') != expected
+  assert evaluate.sample_positions(3, 4, seed=0, split='eval') == [0, 1, 2]
+
+
+def test_long_decoding_prints_progress_lines(run_dir, capsys):
+  evaluate.evaluate_checkpoint(run_dir, 'test', progress_every_s=0.0)
+  lines = [line for line in capsys.readouterr().err.splitlines() if 'decoding' in line]
+  # 48 examples in batches of 16: a line after each batch but the last.
+  assert len(lines) == 2 and lines[0].startswith('decoding test: 16/48 examples | ')
+  assert 'ETA' in lines[0] and lines[1].startswith('decoding test: 32/48 examples')
+
+
+def test_cli_prints_metrics_and_refuses_bad_input_in_one_line(run_dir, tmp_path, capsys):
+  env = {**os.environ, 'XLA_FLAGS': '--xla_force_host_platform_device_count=1'}
+  cli = lambda *a: subprocess.run([sys.executable, '-m', 'attnlab.evaluate', *a], cwd=REPO,
+                                  capture_output=True, text=True, timeout=180, env=env)
+  ok = cli(f'--workdir={run_dir}', '--split=test', '--checkpoint=best')
+  assert ok.returncode == 0, ok.stderr[-2000:]
+  assert ok.stdout.startswith('test @ step 4 | ') and 'sequence_accuracy' in ok.stdout
+  assert 'written to ' in ok.stdout
+  for args, message in (((f'--workdir={tmp_path}',), 'has no config.json'),
+                        ((f'--workdir={run_dir}', '--split=dev'), "--split='dev' is not valid"),
+                        ((f'--workdir={run_dir}', '--beam_size=0'), 'eval.beam_size=0')):
+    code = evaluate.main(list(args))
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith('error: ') and message in err, err
+  bad = cli(f'--workdir={run_dir}', '--checkpoint=7')
+  assert bad.returncode == 2 and bad.stderr.startswith('error: ') and "'7'" in bad.stderr
+  assert bad.stderr.count('\n') == 1, bad.stderr
