@@ -315,7 +315,9 @@ class EvalConfig:
   splits: tuple
 
   def validate(self, prefix: str = 'eval') -> None:
-    check_choice(f'{prefix}.search', self.search, ('greedy', 'beam'))
+    from attnlab import search  # the registry of search methods (imports JAX, as models do)
+
+    check_choice(f'{prefix}.search', self.search, search.METHODS)
     _check_positive(f'{prefix}.beam_size', self.beam_size)
     for key in ('max_decode_length', 'max_examples', 'num_heatmaps', 'num_samples'):
       _check_positive(f'{prefix}.{key}', getattr(self, key), allow_zero=True)

@@ -7,6 +7,7 @@ import os
 import pytest
 
 from attnlab import config as config_lib
+from attnlab import search
 from attnlab.models import attention, decoder, factory, recurrent, scoring
 from configs import base
 
@@ -59,7 +60,7 @@ def _choices(registry) -> str:
     ('model.cell', 'rnn', _choices(recurrent.CELLS)),
     ('optim.schedule', 'cosin', 'choose from constant, cosine, linear, rsqrt'),
     ('parallel.mode', 'pjit', 'choose from pmap, shard_map'),
-    ('eval.search', 'sample', 'choose from beam, greedy'),
+    ('eval.search', 'sample', _choices(search.METHODS)),
     ('model.hidden_size', 0, 'model.hidden_size=0 must be a positive integer'),
     ('model.dropout', 1.5, r'model.dropout=1.5 must be in \[0, 1\)'),
 ])
