@@ -264,3 +264,24 @@ def pipeline_from(task, start_step):
     prefetch=0,
   )
   return batches.dataset[start_step]
+
+
+@pytest.mark.parametrize('batching', ['examples', 'tokens'])
+def test_layout_describes_the_batch_it_builds(batching):
+  source = list_source()
+  batches = pipeline(source, batching=batching, tokens_per_batch=48, num_buckets=3)
+  for step in range(6):
+    indices, src_pad, tgt_pad = batches.layout(step)
+    batch = batches.dataset[step]
+    assert batch['source'].shape == (len(indices), src_pad)
+    assert batch['target'].shape == (len(indices), tgt_pad)
+    assert decoded_pairs(batch) == [(source[i]['source'], source[i]['target']) for i in indices]
+  if batching == 'examples':
+    assert batches.steps_per_epoch == 24 / 8  # kept pairs / global batch
+  else:  # each bucket's pairs / its rows
+    rows = collections.Counter()
+    src, tgt = batches.kept_lengths()
+    for s, t in zip(src, tgt, strict=True):
+      fitting = [shape for shape in batches.shapes if s <= shape[1] and t <= shape[2]]
+      rows[min(fitting, key=lambda shape: shape[1] + shape[2])] += 1  # the least padding
+    assert batches.steps_per_epoch == pytest.approx(sum(n / r for (r, _, _), n in rows.items()))

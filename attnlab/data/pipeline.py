@@ -1,7 +1,9 @@
 """Input pipelines: source -> tokenize -> length filter -> global batch -> process share -> pad.
 
 Training (`TrainBatches`) is a grain `MapDataset` indexed by the global step k, so batch k is a
-pure function of (source, seed, k):
+pure function of (source, seed, k). `data.batching` says how examples become global batches:
+'examples' (below) or 'tokens' (attnlab/data/batching.py: a few padded shapes fit to the train
+length histogram, each batch about `tokens_per_batch` tokens; steps 1 and 3 are the same):
 
   1. A pre-pass tokenizes every training example once and records its source/target lengths
      (EOS included). Pairs longer than `max_source_length` / `max_target_length` are dropped
@@ -9,10 +11,10 @@ pure function of (source, seed, k):
      order deterministic.
   2. The kept indices are shuffled by grain (a fresh permutation per epoch, seeded by `seed`)
      and repeated forever; consecutive runs of `global_batch_size` form global batch k, so
-     batches run across epoch boundaries without a remainder.
-  3. Process p of P tokenizes only rows [p*b, (p+1)*b) of global batch k (b = global / P).
-     Both lengths are padded to the longest pair of the *global* batch (read from the length
-     table), rounded up to a multiple of `bucket_size` and capped at the max lengths: every
+     batches run across epoch boundaries without a remainder. Both lengths are padded to the
+     longest pair of the global batch (read from the length table), rounded up to a multiple
+     of `bucket_size` and capped at the max lengths.
+  3. Process p of P tokenizes only rows [p*b, (p+1)*b) of global batch k (b = rows / P): every
      process emits the same shapes, there are only a few shapes to compile, and the P shares
      of step k concatenate to exactly the batch a single process builds.
 
@@ -29,6 +31,7 @@ length-generalisation tests.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -36,6 +39,8 @@ import grain
 import numpy as np
 from absl import logging
 
+from attnlab.config import ConfigError
+from attnlab.data import batching as batching_lib
 from attnlab.data.tasks import Source, Task
 from attnlab.data.vocab import Vocab
 from attnlab.models import PAD_ID
@@ -88,14 +93,18 @@ class TrainBatches:
   Args:
     source: the training split (random access, deterministic).
     source_vocab, target_vocab: tokenizers of sources and targets.
-    global_batch_size: examples per step summed over all processes.
+    global_batch_size: examples per step summed over all processes ('examples' batching).
     max_source_length, max_target_length: longest kept pair, in tokens incl. EOS.
-    bucket_size: lengths are padded to multiples of this (capped at the max lengths).
+    bucket_size: lengths are padded to multiples of this, capped at the max ('examples').
     seed: shuffle seed (0 <= seed < 2**32).
     reshuffle_each_epoch: a new permutation every epoch (False: the first one repeats).
     process_index, process_count: which share of each global batch this process builds.
     prefetch: batches prepared ahead by a background thread (0 = synchronous).
     start_step: global step of the first batch (resume without `set_state`).
+    batching: 'examples' or 'tokens' (module docstring).
+    tokens_per_batch: 'tokens': rows x max(S, T) of a global batch is at most this.
+    num_buckets: 'tokens': at most this many padded shapes.
+    row_multiple: 'tokens': global rows are a multiple of this (the data-parallel devices).
   """
 
   def __init__(
@@ -114,8 +123,15 @@ class TrainBatches:
     process_count: int = 1,
     prefetch: int = 2,
     start_step: int = 0,
+    batching: str = 'examples',
+    tokens_per_batch: int = 0,
+    num_buckets: int = 0,
+    row_multiple: int = 1,
   ):
     self.local_batch_size = _share(global_batch_size, process_index, process_count)
+    if batching not in batching_lib.BATCHINGS:
+      raise ConfigError(f'data.batching={batching!r} is not valid; choose from '
+                        f'{", ".join(batching_lib.BATCHINGS)}')
     if min(max_source_length, max_target_length, bucket_size) < 1:
       raise ValueError(
         f'max_source_length={max_source_length}, max_target_length={max_target_length} and '
@@ -126,11 +142,12 @@ class TrainBatches:
     self._source = source
     self._source_vocab, self._target_vocab = source_vocab, target_vocab
     self._max_lengths = (max_source_length, max_target_length)
-    self._bucket_size = bucket_size
-    self._row_offset = process_index * self.local_batch_size
+    self._bucket_size, self._global_batch_size = bucket_size, global_batch_size
+    self._process_index, self._process_count = process_index, process_count
 
-    self._src_len, self._tgt_len = token_lengths(source, source_vocab, target_vocab)
-    keep = (self._src_len <= max_source_length) & (self._tgt_len <= max_target_length)
+    # Token counts (EOS included) of every training example, kept or not.
+    self.source_lengths, self.target_lengths = token_lengths(source, source_vocab, target_vocab)
+    keep = (self.source_lengths <= max_source_length) & (self.target_lengths <= max_target_length)
     self.num_examples = len(source)
     self.num_filtered = int(self.num_examples - keep.sum())
     logging.info(
@@ -148,21 +165,60 @@ class TrainBatches:
         f'or max_target_length={max_target_length}; raise the max lengths'
       )
 
-    # Stream position j -> example index; global step k -> the indices of its global batch.
-    order = grain.MapDataset.source(np.flatnonzero(keep))
-    order = order.shuffle(seed=seed).repeat(reseed_each_epoch=reshuffle_each_epoch)
-    steps = order.batch(global_batch_size, drop_remainder=True, batch_fn=np.asarray)
-    self.dataset = steps.map(self._local_batch)  # random access: dataset[k] is batch k
+    self._kept = np.flatnonzero(keep)
+    self.shapes = None  # 'tokens': [(global rows, S, T)] of the padded shapes
+    if batching == 'examples':
+      # Stream position j -> example index; global step k -> the indices of its global batch.
+      order = grain.MapDataset.source(self._kept)
+      order = order.shuffle(seed=seed).repeat(reseed_each_epoch=reshuffle_each_epoch)
+      self._steps = order.batch(global_batch_size, drop_remainder=True, batch_fn=np.asarray)
+    else:
+      self.local_batch_size = None  # rows differ from shape to shape
+      self._schedule = batching_lib.token_schedule(
+        *self.kept_lengths(), tokens_per_batch=tokens_per_batch, num_buckets=num_buckets,
+        row_multiple=batching_lib.device_row_multiple(row_multiple, process_count), seed=seed,
+        reshuffle_each_epoch=reshuffle_each_epoch,
+      )
+      self.shapes = self._schedule.shapes
+      logging.info(
+        'Token batching: %d padded shapes (rows x source x target) %s; padding %.1f%% of the '
+        'real tokens.', len(self.shapes), ', '.join('x'.join(map(str, s)) for s in self.shapes),
+        100 * self._schedule.padding,
+      )
+    # Random access: dataset[k] is this process's share of global batch k.
+    self.dataset = grain.MapDataset.range(0, sys.maxsize).map(self._local_batch)
     read = grain.ReadOptions(num_threads=1 if prefetch else 0, prefetch_buffer_size=prefetch)
     self._iterator = self.dataset.to_iter_dataset(read).__iter__()
     if start_step:
       self.set_state({'step': start_step})
 
-  def _local_batch(self, indices: np.ndarray) -> dict[str, np.ndarray]:
-    max_src, max_tgt = self._max_lengths
-    src_pad = padded_length(self._src_len[indices].max(), self._bucket_size, max_src)
-    tgt_pad = padded_length(self._tgt_len[indices].max(), self._bucket_size, max_tgt)
-    rows = indices[self._row_offset : self._row_offset + self.local_batch_size]
+  def kept_lengths(self) -> tuple[np.ndarray, np.ndarray]:
+    """Source and target lengths (EOS included) of the pairs the length filter kept."""
+    return self.source_lengths[self._kept], self.target_lengths[self._kept]
+
+  @property
+  def steps_per_epoch(self) -> float:
+    """Global batches per pass over the kept pairs (batches run across epochs)."""
+    if self.shapes is None:
+      return len(self._kept) / self._global_batch_size
+    return self._schedule.batches_per_epoch
+
+  def layout(self, step: int) -> tuple[np.ndarray, int, int]:
+    """Global batch `step` without tokenizing: its example indices and padded (S, T)."""
+    if self.shapes is None:
+      indices = self._steps[step]
+      max_src, max_tgt = self._max_lengths
+      src_pad = padded_length(self.source_lengths[indices].max(), self._bucket_size, max_src)
+      tgt_pad = padded_length(self.target_lengths[indices].max(), self._bucket_size, max_tgt)
+      return indices, src_pad, tgt_pad
+    bucket, positions = self._schedule[step]
+    _, src_pad, tgt_pad = self.shapes[bucket]
+    return self._kept[positions], src_pad, tgt_pad
+
+  def _local_batch(self, step: int) -> dict[str, np.ndarray]:
+    indices, src_pad, tgt_pad = self.layout(step)
+    local = len(indices) // self._process_count
+    rows = indices[self._process_index * local : (self._process_index + 1) * local]
     examples = [self._source[int(i)] for i in rows]
     return {
       'source': pad_rows(
@@ -214,14 +270,21 @@ def train_batches(
   start_step: int = 0,
   process_index: int | None = None,
   process_count: int | None = None,
+  num_devices: int | None = None,
 ) -> TrainBatches:
   """`TrainBatches` over `task`'s train split, set up from `config.data` and `config.seed`.
 
   `config` is the ConfigDict or its parsed `attnlab.config` view (same attribute names). The
-  process index and count default to JAX's (multi-host runs after distributed init).
+  process index and count default to JAX's (multi-host runs after distributed init);
+  `num_devices`, the data-parallel devices of all processes that token batches' rows must
+  divide over, to `parallel.num_devices` or else every device (as attnlab.train picks them).
   """
   process_index, process_count = _processes(process_index, process_count)
   d = config.data
+  if d.batching == 'tokens' and num_devices is None:
+    import jax  # Deferred, as in `_processes`.
+
+    num_devices = config.parallel.num_devices or jax.device_count()
   return TrainBatches(
     task.split('train'),
     task.source_vocab,
@@ -236,6 +299,10 @@ def train_batches(
     process_count=process_count,
     prefetch=d.prefetch,
     start_step=start_step,
+    batching=d.batching,
+    tokens_per_batch=d.tokens_per_batch,
+    num_buckets=d.num_buckets,
+    row_multiple=num_devices or 1,
   )
 
 
