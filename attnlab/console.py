@@ -137,10 +137,14 @@ def start_summary(cfg, *, num_params: int, num_devices: int, workdir: str, log: 
   else:
     patience = f'stop after {t.patience} without improvement' if t.patience else 'no early stop'
     select = f'select on {selection.describe()}, {patience}'
+  if cfg.data.batching == 'tokens':
+    batch = f'~{cfg.data.tokens_per_batch} tokens ({cfg.data.num_buckets} padded shapes)'
+  else:
+    batch = f'{cfg.data.global_batch_size} examples'
   lines = [
     f'{cfg.task.name}: {model}, H={m.hidden_size}; {num_params:,} parameters on {num_devices} '
     f'device(s)',
-    f'{t.num_steps} steps of {cfg.data.global_batch_size} examples, {o.name} lr {o.learning_rate:g}'
+    f'{t.num_steps} steps of {batch}, {o.name} lr {o.learning_rate:g}'
     f' ({o.schedule}, warmup {o.warmup_steps}); eval every {t.eval_every} steps; {select}',
     f'run directory {workdir} (library logs: {log})',
   ]
