@@ -8,43 +8,21 @@ selenium is missing; .ci/run installs the Debian packages.
 """
 
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import pytest
+from headless_chromium import chromium, fit_window, save_screenshot  # skips without a browser
+from selenium.webdriver.common.action_chains import ActionChains
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
 from test_report import FINAL_STEP, _name, make_sweep
 
 from attnlab.reporting import sweep_report as report
 
-CHROMIUM = shutil.which('chromium') or shutil.which('chromium-browser')
-CHROMEDRIVER = shutil.which('chromedriver')
-SCREENSHOT = Path(__file__).resolve().parent.parent / 'docs' / 'report_html.png'
-WIDTH = 1440
-FLAGS = (
-  '--headless',
-  '--no-sandbox',
-  '--disable-gpu',
-  '--disable-background-networking',
-  '--disable-component-update',
-  '--disable-sync',
-  '--no-first-run',
-  '--disable-dev-shm-usage',  # containers often give /dev/shm 64 MB
-)
 # Reverse task: output t copies source S-2-t, then <eos> looks at <eos>. Luong sharper.
 EXAMPLES = (list('7391482'), list('50628'))
 SPREAD = {'luong': 0.45, 'bahdanau': 0.8}
-
-if not CHROMIUM or not CHROMEDRIVER:
-  pytest.skip(
-    'chromium and chromedriver not found (Debian packages chromium, chromium-driver)',
-    allow_module_level=True,
-  )
-webdriver = pytest.importorskip('selenium.webdriver', reason='selenium not installed (.[test])')
-from selenium.webdriver.common.action_chains import ActionChains  # noqa: E402
-from selenium.webdriver.common.by import By  # noqa: E402
-from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 
 def reverse_attention(symbols, spread):
@@ -83,18 +61,8 @@ def sweep(tmp_path):
 
 @pytest.fixture
 def browser():
-  options = webdriver.ChromeOptions()
-  options.binary_location = CHROMIUM
-  profile = tempfile.mkdtemp(prefix='attnlab-chromium-')
-  for flag in FLAGS + (f'--user-data-dir={profile}', f'--window-size={WIDTH},900'):
-    options.add_argument(flag)
-  options.set_capability('goog:loggingPrefs', {'browser': 'ALL'})
-  driver = webdriver.Chrome(service=webdriver.ChromeService(CHROMEDRIVER), options=options)
-  try:
+  with chromium() as driver:  # tests/headless_chromium.py, shared with test_explore_browser
     yield driver
-  finally:
-    driver.quit()
-    shutil.rmtree(profile, ignore_errors=True)
 
 
 def _first_column(table):
@@ -114,11 +82,7 @@ def test_report_in_a_browser(sweep, browser, tmp_path):
   path, saved = sweep
   browser.get(path.as_uri())
   assert browser.title == 'toy'
-  # The whole page in the viewport, unscrolled: the screenshot shows all of it.
-  height, chrome = browser.execute_script(
-    'return [document.documentElement.scrollHeight, window.outerHeight - window.innerHeight]'
-  )
-  browser.set_window_size(WIDTH, height + chrome)
+  fit_window(browser)  # the whole page in the viewport: the screenshot shows all of it
 
   table = browser.find_element(By.CSS_SELECTOR, 'table.sortable')
   assert _first_column(table) == ['timing=luong', 'timing=bahdanau', 'timing=none']
@@ -159,8 +123,4 @@ def test_report_in_a_browser(sweep, browser, tmp_path):
   errors = [e for e in browser.get_log('browser') if e['level'] == 'SEVERE']
   assert not errors, errors
 
-  update = os.environ.get('ATTNLAB_UPDATE_SCREENSHOTS') == '1'
-  target = SCREENSHOT if update else tmp_path / SCREENSHOT.name
-  target.parent.mkdir(parents=True, exist_ok=True)
-  assert browser.save_screenshot(str(target))
-  assert target.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
+  save_screenshot(browser, 'report_html.png', tmp_path)  # docs/ with ATTNLAB_UPDATE_SCREENSHOTS=1

@@ -162,20 +162,27 @@ def body(markdown_text: str, base_dir: str, figures: Mapping[str, str]) -> str:
   return '\n'.join(parts)
 
 
-def page(title: str, body_html: str) -> str:
-  """The whole document: inline style and script; the policy allows nothing else to load."""
-  script_hash = base64.b64encode(hashlib.sha256(html_assets.JS.encode()).digest()).decode()
+def page(
+  title: str, body_html: str, *, extra_css: str = '', extra_js: str = '', connect_src: str = ''
+) -> str:
+  """The whole document: inline style and script; the policy allows nothing else to load.
+
+  The explorer's page (attnlab/explore_page.py) adds its own style and script after the
+  report's and `connect_src="'self'"`: the one origin its script may fetch from (its API).
+  """
+  script = html_assets.JS + extra_js
+  script_hash = base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()
   policy = (
     "default-src 'none'; img-src data:; style-src 'unsafe-inline'; "
-    f"script-src 'sha256-{script_hash}'"
+    f"script-src 'sha256-{script_hash}'" + (f'; connect-src {connect_src}' if connect_src else '')
   )
   return (
     '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
     f'<meta http-equiv="Content-Security-Policy" content="{policy}">\n'
     '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-    f'<title>{escape(title)}</title>\n<style>{html_assets.CSS}</style>\n</head>\n<body>\n'
-    f'<main>\n{body_html}\n</main>\n<div id="tip" role="tooltip" hidden></div>\n'
-    f'<script>{html_assets.JS}</script>\n</body>\n</html>\n'
+    f'<title>{escape(title)}</title>\n<style>{html_assets.CSS}{extra_css}</style>\n</head>\n'
+    f'<body>\n<main>\n{body_html}\n</main>\n<div id="tip" role="tooltip" hidden></div>\n'
+    f'<script>{script}</script>\n</body>\n</html>\n'
   )
 
 

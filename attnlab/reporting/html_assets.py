@@ -5,7 +5,8 @@ Plain CSS and vanilla JavaScript (no build step, no network). The script does tw
     numerically, other text in natural order ('seed=2' before 'seed=10'), empty cells ('' or
     '–') stay last; a second click reverses the order;
   - shows the tooltip `#tip` over a `table.heatmap` cell: the source token (its column header),
-    the target token (its row header) and the weight (`data-w`), and highlights both headers.
+    the target token (its row header) and the weight (`data-w`), and highlights both headers;
+    the listener sits on the document, so tables added later (the explorer's) have it too.
 Tokens reach the tooltip through textContent only, so a token is never parsed as HTML.
 """
 
@@ -113,24 +114,27 @@ JS = """
     lit.forEach(function (h) { h.classList.remove('lit'); });
     lit = [];
   }
-  document.querySelectorAll('table.heatmap').forEach(function (table) {
-    var heads = table.tHead.rows[0].cells;
-    table.addEventListener('mouseover', function (event) {
-      var cell = event.target.closest('td[data-w]');
-      if (!cell) return;
-      var row = cell.parentNode, source = heads[cell.cellIndex], target = row.cells[0];
-      unlight();
-      lit = [source, target];
-      lit.forEach(function (h) { h.classList.add('lit'); });
-      tip.replaceChildren(
-        line('source', source.textContent), line('target', target.textContent),
-        line('weight', parseFloat(cell.getAttribute('data-w')).toFixed(4)));
-      var box = cell.getBoundingClientRect();
-      tip.style.left = Math.min(box.right + 8, window.innerWidth - 220) + 'px';
-      tip.style.top = (box.bottom + 8) + 'px';
-      tip.hidden = false;
-    });
-    table.addEventListener('mouseleave', function () { tip.hidden = true; unlight(); });
+  function hide() { tip.hidden = true; unlight(); }
+  // Delegated from the document: heatmaps added later (the explorer's) get the tooltip too.
+  document.addEventListener('mouseover', function (event) {
+    var cell = event.target.closest('table.heatmap td[data-w]');
+    if (!cell) {
+      if (!event.target.closest('table.heatmap')) hide();
+      return;
+    }
+    var heads = cell.closest('table').tHead.rows[0].cells;
+    var source = heads[cell.cellIndex], target = cell.parentNode.cells[0];
+    unlight();
+    lit = [source, target];
+    lit.forEach(function (h) { h.classList.add('lit'); });
+    tip.replaceChildren(
+      line('source', source.textContent), line('target', target.textContent),
+      line('weight', parseFloat(cell.getAttribute('data-w')).toFixed(4)));
+    var box = cell.getBoundingClientRect();
+    tip.style.left = Math.min(box.right + 8, window.innerWidth - 220) + 'px';
+    tip.style.top = (box.bottom + 8) + 'px';
+    tip.hidden = false;
   });
+  document.documentElement.addEventListener('mouseleave', hide);
 })();
 """

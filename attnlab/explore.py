@@ -1,0 +1,372 @@
+"""`python -m attnlab.explore --workdir=RUN`: a local web page over trained runs.
+
+    python -m attnlab.explore --workdir=runs/demo        # prints http://127.0.0.1:8000/
+    python -m attnlab.explore --workdir=runs/bahdanau --workdir=runs/luong --port=0
+
+Type an input (or pick one of the first run's eval examples): every run answers it side by
+side with its n-best outputs and scores and an interactive heatmap of the chosen output's
+attention (hover a cell: source token, target token, weight). Multi-head and Transformer
+models get a layer and head selector, with the mean over heads (what search used for an RNN
+and for a Transformer's last layer). Decoding is attnlab.runs' `TrainedRun.decode`, with the
+settings attnlab.decode uses: one output gives what `python -m attnlab.decode` prints; n-best
+lists come from beam search at least K wide.
+
+The page and the tests use one JSON API (attnlab/explore_page.py is the page):
+
+    GET  /                   the page (static: no user text is ever written into it)
+    GET  /api/runs           {"runs": [{id, label, workdir, step, model, search, multi_head,
+                              has_attention, note}]}
+    GET  /api/examples?run=ID  {"examples": [{index, source, reference, hypothesis, correct}],
+                              "note"}: the first MAX_EXAMPLES of RUN/predictions_eval.jsonl
+    POST /api/decode         {"input": TEXT, "nbest": K, "runs": [ID, ...] (default all)} ->
+                             {"input", "nbest", "results": [per run: attnlab.inference.as_json
+                              + run, label, search and attention: per hypothesis a list of
+                              views {layer, head, weights [T][S], html}]}
+
+A bad request gets a JSON {"error": message} that the page shows: 400 for a body that is not a
+JSON object, no input, an input over MAX_INPUT_CHARS characters or over a run's token limit,
+an n-best size outside 1..MAX_NBEST; 404 for an unknown path or run id; 413 for a body over
+MAX_BODY_BYTES. Anything else is a bug: a 500 with its message, the traceback on stderr, and
+the server keeps serving. A --workdir that is not a run is one `error: ...` line at start.
+
+Binds to 127.0.0.1 by default: only this machine can connect. The page's script may fetch
+from its own origin only (Content-Security-Policy), and /api/decode takes JSON only, so
+another web site cannot post to it with a plain form.
+"""
+
+from __future__ import annotations
+
+import http
+import json
+import os
+import sys
+import threading
+import traceback
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
+
+from attnlab import cli, explore_page, inference
+from attnlab.errors import UserError
+from attnlab.reporting import html, html_heatmaps
+
+MAX_INPUT_CHARS = 1000  # characters per input (a run's own token limit applies as well)
+MAX_NBEST = 10
+MAX_EXAMPLES = 100  # eval examples offered in the page
+MAX_BODY_BYTES = 64 * 1024
+MAX_RUNS = 4  # side by side
+LOOPBACK = ('127.0.0.1', 'localhost', '::1')
+
+
+class RequestError(Exception):
+  """A request the explorer refuses: the HTTP status and the message the page shows."""
+
+  def __init__(self, status: int, message: str):
+    super().__init__(message)
+    self.status = status
+
+
+def run_labels(workdirs) -> list[str]:
+  """Short names for the runs: the directory's name, or its path where two names collide."""
+  names = [os.path.basename(os.path.normpath(w)) if w else f'run {i}'
+           for i, w in enumerate(workdirs)]
+  labels = [w if names.count(n) > 1 and w else n for n, w in zip(names, workdirs, strict=True)]
+  return [f'{label} ({i})' if labels.count(label) > 1 else label for i, label in enumerate(labels)]
+
+
+def describe_model(cfg) -> str:
+  """The model in one line, with what the explorer compares (timing, score, heads)."""
+  m = cfg.model
+  if m.kind == 'transformer':
+    return (f'Transformer {m.encoder_layers}+{m.decoder_layers} layers, '
+            f'{m.transformer.num_heads} heads, H={m.hidden_size}')
+  a = m.attention
+  parts = [f'{m.cell.upper()} {m.encoder_layers}+{m.decoder_layers} layers, H={m.hidden_size}']
+  if a.timing == 'none':
+    return ', '.join(parts + ['no attention'])
+  parts.append(f'{a.timing} timing, {a.score} score')
+  if a.input_feeding:
+    parts.append('input feeding')
+  if a.window != 'global':
+    parts.append(f'{a.window} window (D={a.window_radius})')
+  if a.num_heads > 1:
+    parts.append(f'{a.num_heads} heads')
+  return ', '.join(parts)
+
+
+def has_attention(cfg) -> bool:
+  return cfg.model.kind == 'transformer' or cfg.model.attention.timing != 'none'
+
+
+def search_settings(cfg, nbest: int) -> dict:
+  """attnlab.decode's settings (the run's eval.* search) for one output and for n-best lists
+  it can give; for more, beam search with at least K hypotheses."""
+  e = cfg.eval
+  if nbest == 1 or (e.search == 'beam' and e.beam_size >= nbest):
+    return {}
+  return {'search': 'beam', 'beam_size': max(nbest, e.beam_size)}
+
+
+def attention_views(hyp: inference.Hypothesis, source_tokens) -> list[dict]:
+  """The heatmaps of one hypothesis: the weights search used, or, for a multi-head model,
+  each layer's heads and their mean."""
+  def view(layer, head, weights_TxS):
+    title = ', '.join(filter(None, [layer, head])) or 'attention'
+    return {'layer': layer, 'head': head, 'weights': weights_TxS.tolist(),
+            'html': html_heatmaps.panel(title, weights_TxS, source_tokens, hyp.tokens)}
+
+  if not hyp.heads:
+    return [view('', '', hyp.attention)]
+  views = []
+  for layer, weights_NxTxS in hyp.heads.items():
+    views += [view(layer, f'head {n}', w) for n, w in enumerate(weights_NxTxS)]
+    views.append(view(layer, 'mean', weights_NxTxS.mean(axis=0)))
+  return views
+
+
+def read_examples(workdir: str) -> tuple[list[dict], str]:
+  """The first MAX_EXAMPLES of RUN/predictions_eval.jsonl (evaluation writes it) and a note."""
+  path = os.path.join(workdir, 'predictions_eval.jsonl')
+  if not os.path.isfile(path):
+    return [], f'{path} not found: the run has not evaluated its eval split yet'
+  examples = []
+  with open(path, encoding='utf-8') as f:
+    for line in f:
+      if len(examples) == MAX_EXAMPLES:
+        break
+      row = json.loads(line)
+      examples.append({key: row.get(key) for key in
+                       ('index', 'source', 'reference', 'hypothesis', 'correct')})
+  return examples, ''
+
+
+class Explorer:
+  """The API over some trained runs (attnlab.runs.TrainedRun), without the HTTP around it."""
+
+  def __init__(self, runs, labels=None):
+    self.runs = list(runs)
+    self.labels = list(labels) if labels else run_labels([r.workdir for r in self.runs])
+    self._examples: dict[int, tuple[list[dict], str]] = {}
+    self._lock = threading.Lock()  # one decode at a time: decoders cache compiled shapes
+
+  def run_id(self, value) -> int:
+    if isinstance(value, str) and value.isdigit():
+      value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < len(self.runs):
+      choices = ', '.join(f'{i} ({label})' for i, label in enumerate(self.labels))
+      raise RequestError(404, f'unknown run {value!r}; choose from {choices}')
+    return value
+
+  def describe_runs(self) -> dict:
+    runs = []
+    for i, run in enumerate(self.runs):
+      e = run.cfg.eval
+      runs.append({
+          'id': i, 'label': self.labels[i], 'workdir': run.workdir, 'step': run.step,
+          'model': describe_model(run.cfg),
+          'search': 'greedy' if e.search == 'greedy' else f'beam {e.beam_size}',
+          'multi_head': run.decoder().multi_head, 'has_attention': has_attention(run.cfg),
+          'note': run.note})
+    return {'runs': runs}
+
+  def examples(self, run) -> dict:
+    i = self.run_id(run)
+    with self._lock:
+      if i not in self._examples:
+        self._examples[i] = read_examples(self.runs[i].workdir)
+    examples, note = self._examples[i]
+    return {'run': i, 'examples': examples, 'note': note}
+
+  def decode(self, request) -> dict:
+    """POST /api/decode (module docstring); RequestError for a bad request."""
+    if not isinstance(request, dict):
+      raise RequestError(400, 'send a JSON object such as {"input": "abc", "nbest": 1}')
+    text = request.get('input')
+    if not isinstance(text, str):
+      raise RequestError(400, '"input" must be a string: the text to decode')
+    if len(text) > MAX_INPUT_CHARS:
+      raise RequestError(400, f'the input is {len(text)} characters long; the limit is '
+                              f'{MAX_INPUT_CHARS}')
+    if not text.strip():
+      raise RequestError(400, 'type an input to decode')
+    nbest = request.get('nbest', 1)
+    if isinstance(nbest, bool) or not isinstance(nbest, int) or not 1 <= nbest <= MAX_NBEST:
+      raise RequestError(400, f'"nbest" must be a whole number from 1 to {MAX_NBEST}, not '
+                              f'{json.dumps(nbest)}')
+    wanted = request.get('runs', list(range(len(self.runs))))
+    if not isinstance(wanted, list) or not wanted:
+      raise RequestError(400, '"runs" must be a non-empty list of run ids')
+    ids = [self.run_id(r) for r in wanted]
+    with self._lock:
+      return {'input': text, 'nbest': nbest,
+              'results': [self._decode_one(i, text, nbest) for i in ids]}
+
+  def _decode_one(self, i: int, text: str, nbest: int) -> dict:
+    run, label = self.runs[i], self.labels[i]
+    settings = search_settings(run.cfg, nbest)
+    decoder = run.decoder(**settings)
+    try:
+      (result,) = run.decode([text], nbest=nbest, heads=decoder.multi_head, **settings)
+    except UserError as e:
+      raise RequestError(400, f'{label}: {e}') from None
+    if result.error:
+      raise RequestError(400, f'{label}: the input is not decoded: {result.error}')
+    views = ([attention_views(h, result.source_tokens) for h in result.hypotheses]
+             if has_attention(run.cfg) else [[] for _ in result.hypotheses])
+    search = decoder.search if decoder.search == 'greedy' else f'beam {decoder.beam_size}'
+    return {**inference.as_json(result), 'run': i, 'label': label, 'search': search,
+            'attention': views}
+
+
+class Handler(BaseHTTPRequestHandler):
+  """Routes the requests of the module docstring to `self.server.explorer`."""
+
+  server_version = 'attnlab-explore'
+
+  def log_message(self, format, *args):  # noqa: A002 (the base class's name)
+    pass  # no line per request; errors go to stderr below
+
+  def do_GET(self):
+    self._respond(self._get)
+
+  def do_POST(self):
+    self._respond(self._post)
+
+  def _get(self):
+    url = urlsplit(self.path)
+    explorer = self.server.explorer
+    if url.path in ('/', '/index.html'):
+      return self.server.page
+    if url.path == '/api/runs':
+      return explorer.describe_runs()
+    if url.path == '/api/examples':
+      return explorer.examples(parse_qs(url.query).get('run', ['0'])[0])
+    raise RequestError(404, f'no page {url.path}; the API is GET /api/runs, '
+                            'GET /api/examples?run=ID, POST /api/decode')
+
+  def _post(self):
+    if urlsplit(self.path).path != '/api/decode':
+      raise RequestError(404, f'no endpoint POST {urlsplit(self.path).path}; use /api/decode')
+    kind = self.headers.get('Content-Type', '').split(';')[0].strip()
+    if kind != 'application/json':
+      raise RequestError(400, 'send the request as JSON (Content-Type: application/json)')
+    try:
+      size = int(self.headers.get('Content-Length', ''))
+    except ValueError:
+      raise RequestError(400, 'the request has no valid Content-Length') from None
+    if size > MAX_BODY_BYTES:
+      if size <= 16 * MAX_BODY_BYTES:
+        self.rfile.read(size)  # read what was sent, so that the client reads the answer
+      raise RequestError(413, f'the request is {size} bytes; the limit is {MAX_BODY_BYTES}')
+    raw = self.rfile.read(size)
+    try:
+      payload = json.loads(raw.decode('utf-8'))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+      raise RequestError(400, f'the request body is not JSON: {e}') from None
+    return self.server.explorer.decode(payload)
+
+  def _respond(self, route):
+    try:
+      status, answer = http.HTTPStatus.OK, route()
+    except RequestError as e:
+      status, answer = e.status, {'error': str(e)}
+    except Exception as e:  # a bug: answer it, log it, keep serving
+      traceback.print_exc()
+      status, answer = http.HTTPStatus.INTERNAL_SERVER_ERROR, {
+          'error': f'internal error ({type(e).__name__}: {e}); see the server\'s console'}
+    if isinstance(answer, str):
+      data, kind = answer.encode('utf-8'), 'text/html; charset=utf-8'
+    else:
+      data, kind = json.dumps(answer).encode('utf-8'), 'application/json; charset=utf-8'
+    try:
+      self.send_response(status)
+      self.send_header('Content-Type', kind)
+      self.send_header('Content-Length', str(len(data)))
+      self.send_header('X-Content-Type-Options', 'nosniff')
+      self.send_header('Cache-Control', 'no-store')
+      self.send_header('X-Frame-Options', 'DENY')
+      self.end_headers()
+      self.wfile.write(data)
+    except (BrokenPipeError, ConnectionResetError):
+      pass  # the browser went away
+
+
+class ExplorerServer(ThreadingHTTPServer):
+  """A ThreadingHTTPServer that holds the explorer and its page."""
+
+  daemon_threads = True
+
+  def __init__(self, address, explorer: Explorer):
+    self.explorer = explorer
+    self.page = html.page(explore_page.TITLE, explore_page.body(MAX_INPUT_CHARS, MAX_NBEST),
+                          extra_css=explore_page.CSS, extra_js=explore_page.JS,
+                          connect_src="'self'")
+    super().__init__(address, Handler)
+
+  @property
+  def url(self) -> str:
+    host, port = self.server_address[:2]
+    return f'http://{f"[{host}]" if ":" in host else host}:{port}/'
+
+
+def serve(explorer: Explorer, host: str = '127.0.0.1', port: int = 8000) -> ExplorerServer:
+  """The bound server (port 0: any free port; see `.url`); call serve_forever() to answer."""
+  try:
+    return ExplorerServer((host, port), explorer)
+  except (OSError, OverflowError) as e:  # taken, not an address here, not a port number
+    reason = getattr(e, 'strerror', None) or e
+    raise UserError(f'--host={host} --port={port}: cannot listen there ({reason}); pick '
+                    'another --port (0: any free one) or --host') from None
+
+
+def load_runs(workdirs, checkpoint: str = 'best') -> Explorer:
+  from attnlab import runs
+
+  if not workdirs:
+    raise UserError('--workdir is required: the run directory to explore (repeat it to see '
+                    'runs side by side)')
+  if len(workdirs) > MAX_RUNS:
+    raise UserError(f'{len(workdirs)} --workdir flags; the page shows at most {MAX_RUNS} runs')
+  return Explorer([runs.load_run(w, checkpoint) for w in workdirs])
+
+
+def define_flags() -> None:
+  """Defined when run as a program, not on import: attnlab.main and attnlab.sweep define a
+  --workdir too, and a test process imports them all."""
+  from absl import flags
+
+  flags.DEFINE_multi_string('workdir', [], 'Run directory; repeat the flag for runs side by '
+                            'side.')
+  flags.DEFINE_string('checkpoint', 'best', 'best, latest or a step number.')
+  flags.DEFINE_string('host', '127.0.0.1', 'Address to listen on (default: this machine only).')
+  flags.DEFINE_integer('port', 8000, 'Port to listen on (0: any free port).')
+
+
+def main(argv):
+  from absl import app, flags, logging
+
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  logging.set_verbosity(logging.WARNING)  # orbax's INFO lines are not for this console
+  values = flags.FLAGS
+  explorer = load_runs(values.workdir, values.checkpoint)
+  for label, run in zip(explorer.labels, explorer.runs, strict=True):
+    print(f'{label}: {run.workdir} step {run.step}{f" ({run.note})" if run.note else ""}',
+          file=sys.stderr)
+  host = values.host
+  server = serve(explorer, host, values.port)
+  if host not in LOOPBACK:
+    print(f'warning: --host={host}: anyone who can reach this machine can use the page',
+          file=sys.stderr)
+  print(f'attnlab explorer at {server.url} (Ctrl-C to stop)', flush=True)
+  try:
+    server.serve_forever()
+  except KeyboardInterrupt:
+    pass
+  finally:
+    server.server_close()
+  return 0
+
+
+if __name__ == '__main__':
+  define_flags()
+  cli.run(main)

@@ -1,0 +1,73 @@
+"""Headless Chromium driven by selenium, for the tests that open a page in a real browser
+(tests/test_browser.py: report.html from disk; tests/test_explore_browser.py: the explorer).
+
+Importing this module skips the importing test module, saying which, when chromium,
+chromedriver (Debian: chromium, chromium-driver) or selenium is missing; .ci/run installs the
+Debian packages. `save_screenshot` writes into docs/ (the README's pictures) when
+ATTNLAB_UPDATE_SCREENSHOTS=1, else into the test's tmp_path.
+"""
+
+import contextlib
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = shutil.which('chromium') or shutil.which('chromium-browser')
+CHROMEDRIVER = shutil.which('chromedriver')
+DOCS = Path(__file__).resolve().parent.parent / 'docs'
+WIDTH = 1440
+FLAGS = (
+  '--headless',
+  '--no-sandbox',
+  '--disable-gpu',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
+  '--no-first-run',
+  '--disable-dev-shm-usage',  # containers often give /dev/shm 64 MB
+)
+
+if not CHROMIUM or not CHROMEDRIVER:
+  pytest.skip(
+    'chromium and chromedriver not found (Debian packages chromium, chromium-driver)',
+    allow_module_level=True,
+  )
+webdriver = pytest.importorskip('selenium.webdriver', reason='selenium not installed (.[test])')
+
+
+@contextlib.contextmanager
+def chromium(width: int = WIDTH, height: int = 900):
+  """A headless Chromium with its own throw-away profile; the browser's console is logged."""
+  options = webdriver.ChromeOptions()
+  options.binary_location = CHROMIUM
+  profile = tempfile.mkdtemp(prefix='attnlab-chromium-')
+  for flag in FLAGS + (f'--user-data-dir={profile}', f'--window-size={width},{height}'):
+    options.add_argument(flag)
+  options.set_capability('goog:loggingPrefs', {'browser': 'ALL'})
+  driver = webdriver.Chrome(service=webdriver.ChromeService(CHROMEDRIVER), options=options)
+  try:
+    yield driver
+  finally:
+    driver.quit()
+    shutil.rmtree(profile, ignore_errors=True)
+
+
+def fit_window(driver, width: int = WIDTH) -> None:
+  """The whole page in the viewport, unscrolled, so a screenshot shows all of it."""
+  height, chrome = driver.execute_script(
+    'return [document.documentElement.scrollHeight, window.outerHeight - window.innerHeight]'
+  )
+  driver.set_window_size(width, height + chrome)
+
+
+def save_screenshot(driver, name: str, tmp_path: Path) -> Path:
+  """docs/NAME when ATTNLAB_UPDATE_SCREENSHOTS=1, else tmp_path/NAME; checked to be a PNG."""
+  update = os.environ.get('ATTNLAB_UPDATE_SCREENSHOTS') == '1'
+  target = (DOCS if update else tmp_path) / name
+  target.parent.mkdir(parents=True, exist_ok=True)
+  assert driver.save_screenshot(str(target))
+  assert target.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
+  return target
