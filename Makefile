@@ -4,14 +4,23 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: demo test lint clean-venv
+.PHONY: demo test lint bench-deps clean-venv
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'
 	touch $(STAMP)
+
+# The PyTorch reference of benchmarks/ (CPU wheel); tests/test_benchmarks.py proves it equal
+# to attnlab when it is installed. .ci/run installs it.
+$(BENCH_STAMP): $(STAMP)
+	$(PY) -m pip install -q -e '.[bench]'
+	touch $(BENCH_STAMP)
+
+bench-deps: $(BENCH_STAMP)
 
 demo: $(STAMP)
 	$(PY) -m attnlab.main --config=configs/reverse.py --workdir=runs/demo
