@@ -119,22 +119,7 @@ def _all_hypotheses(max_length):
 
 def _np_beam(table_row, beam_size, alpha, max_length=T):
   """Plain-Python beam search with the module docstring's rules; returns the best finished."""
-  alive, finished = [((), 0.0)], []
-  for i in range(max_length):
-    cands = []
-    for toks, logp in alive:
-      prev2, prev1 = ((BOS_ID, BOS_ID) + toks)[-2:]
-      step_logp = _np_log_softmax(table_row[prev2, prev1])
-      cands += [(logp + step_logp[v], (*toks, v)) for v in range(V)]
-    cands = sorted(cands, key=lambda c: -c[0])[: 2 * beam_size]
-    marked = [(lp, toks, toks[-1] == EOS_ID or i == max_length - 1) for lp, toks in cands]
-    finished += [
-      (_np_score(lp, i + 1, alpha), lp, toks) for lp, toks, end in marked[:beam_size] if end
-    ]
-    alive = [(toks, lp) for lp, toks, end in marked if not end][:beam_size]
-    if len(finished) >= beam_size:
-      break
-  return max(finished)
+  return _np_beam_nbest(table_row, beam_size, alpha, max_length)[0]
 
 
 def _np_beam_nbest(table_row, beam_size, alpha, max_length=T):
