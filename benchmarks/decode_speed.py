@@ -19,7 +19,6 @@ Writes benchmarks/results/decode_<machine>.json and .md.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import subprocess
@@ -119,12 +118,7 @@ def main(argv=None) -> dict:
             'command': 'python -m benchmarks.decode_speed',
             'workdir': os.path.relpath(args.workdir, REPO),
             'step': run.step, 'words': len(words), 'rows': rows}
-  os.makedirs(args.out, exist_ok=True)
-  stem = os.path.join(args.out, f'decode_{args.machine}')
-  with open(f'{stem}.json', 'w') as f:
-    json.dump(result, f, indent=2)
-  with open(f'{stem}.md', 'w') as f:
-    f.write(markdown(result))
+  measure.write_result(os.path.join(args.out, f'decode_{args.machine}'), result, markdown(result))
   print(markdown(result))
   return result
 

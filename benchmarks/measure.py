@@ -8,6 +8,7 @@ measurement.
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import re
@@ -16,6 +17,15 @@ import time
 from collections.abc import Callable
 
 import numpy as np
+
+
+def write_result(stem: str, result: dict, markdown: str) -> None:
+  """`stem`.json (the numbers) and `stem`.md (the table a README quotes), side by side."""
+  os.makedirs(os.path.dirname(stem) or '.', exist_ok=True)
+  with open(f'{stem}.json', 'w') as f:
+    json.dump(result, f, indent=1)
+  with open(f'{stem}.md', 'w') as f:
+    f.write(markdown)
 
 
 def load_average() -> float:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import math
 import os
 import time
@@ -233,12 +232,8 @@ def main(argv=None) -> dict:
   buckets = [int(k) for k in args.num_buckets.split(',')]
   for name in args.tasks.split(','):
     result['padding'][name] = padding_rows(name, buckets)
-  os.makedirs(args.out, exist_ok=True)
-  stem = os.path.join(args.out, f'padding_{args.machine}')
-  with open(f'{stem}.json', 'w') as f:
-    json.dump(result, f, indent=2)
-  with open(f'{stem}.md', 'w') as f:
-    f.write(markdown(result))
+  measure.write_result(os.path.join(args.out, f'padding_{args.machine}'), result,
+                       markdown(result))
   print(markdown(result))
   return result
 

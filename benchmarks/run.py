@@ -15,7 +15,6 @@ best float32 matmul rate measured here. PyTorch parts are skipped if torch is no
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -219,12 +218,8 @@ def main(argv=None) -> dict:
   print(report.markdown(result))
   out = args.out or ('' if args.quick else RESULTS_DIR)
   if out:
-    os.makedirs(out, exist_ok=True)
     base = os.path.join(out, args.machine)
-    with open(base + '.json', 'w') as f:
-      json.dump(result, f, indent=1)
-    with open(base + '.md', 'w') as f:
-      f.write(report.markdown(result))
+    measure.write_result(base, result, report.markdown(result))
     print(f'wrote {base}.json and {base}.md')
   return result
 
