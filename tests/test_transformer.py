@@ -1,6 +1,8 @@
 """Transformer: cached decoding equals teacher forcing, causality, padding and sown attention."""
 
 import functools
+import math
+import re
 
 import flax.linen as nn
 import jax
@@ -152,6 +154,48 @@ def test_dropout_bfloat16_and_length_errors():
 
   with pytest.raises(ValueError, match='max_length=12'):
     model.apply(variables, SRC, jnp.ones((2, 13), jnp.int32))
+
+
+def _largest_loop_state(lowered) -> int:
+  """Elements of the largest array carried by any while loop of a lowered function."""
+  sizes = [1]
+  for line in lowered.as_text().splitlines():
+    if 'stablehlo.while' in line:
+      for dims in re.findall(r'tensor<((?:\d+x)*)\w+>', line[line.rfind(':'):]):
+        sizes.append(math.prod(int(d) for d in dims.split('x') if d))
+  return max(sizes)
+
+
+def test_training_dropout_equals_flax_dropout_in_logits_and_gradients(monkeypatch):
+  """models/dropout.Dropout (fast CPU masks) trains exactly the network flax's nn.Dropout does."""
+  from attnlab.models import attention
+
+  _, variables = _model('pre')
+  model = _module(dropout=0.3)
+  rngs = {'dropout': jax.random.key(4)}  # a Threefry key, as train.py uses
+
+  def loss_and_grads():
+    def loss(params):
+      logits = model.apply({'params': params}, SRC, TGT_IN, train=True, rngs=rngs)
+      return jnp.sum(jnp.where(TGT_IN[..., None] != PAD_ID, logits, 0.0) ** 2), logits
+
+    step = jax.jit(jax.grad(loss, has_aux=True))
+    return step(variables['params']), _largest_loop_state(step.lower(variables['params']))
+
+  # The Transformer has no loop of its own; JAX's CPU Threefry is one (dropout.py). Only the
+  # rng key derivations (a few words) may loop, never a mask.
+  (grads, logits), largest = loss_and_grads()
+  assert largest <= 4
+  monkeypatch.setattr(transformer, 'Dropout', nn.Dropout)
+  monkeypatch.setattr(attention, 'Dropout', nn.Dropout)
+  (flax_grads, flax_logits), flax_largest = loss_and_grads()
+  assert flax_largest >= SRC.size * H
+  np.testing.assert_array_equal(logits, flax_logits)  # the same masks, bit for bit
+  # Another XLA program sums in another order: gradients agree to float32 rounding.
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), grads,
+               flax_grads)
+  evaluate = model.apply(variables, SRC, TGT_IN)
+  assert not np.allclose(logits, evaluate), 'dropout must be active'
 
 
 def test_config_validation_accepts_exactly_the_kind_and_norm_registries():

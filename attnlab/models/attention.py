@@ -22,6 +22,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from attnlab.models.dropout import Dropout
+
 Dtype = Any
 
 WINDOWS = ('global', 'local_m', 'local_p')  # model.attention.window (LocalWindow)
@@ -218,7 +220,7 @@ class MultiHeadAttention(nn.Module):
     self.out = nn.DenseGeneral(
       features=self.hidden_size, axis=(-2, -1), dtype=self.dtype, use_bias=self.use_bias
     )
-    self.dropout = nn.Dropout(rate=self.dropout_rate)
+    self.dropout = Dropout(rate=self.dropout_rate)
 
   def project_kv(self, kv_BxSxH):
     """(k_BxSxNxD, v_BxSxNxD) of the memory; compute once per source sequence."""

@@ -2,7 +2,8 @@
 
 Sinusoidal positions, token embeddings scaled by sqrt(H), pre- or post-LN blocks
 (`model.transformer.norm`) of multi-head attention + ReLU feed-forward with residuals and
-dropout (`model.dropout`, also on the attention weights). The encoder uses padding-masked self
+dropout (`model.dropout`, also on the attention weights; models/dropout.py: flax's masks,
+drawn in one fused kernel on CPU). The encoder uses padding-masked self
 attention; the decoder causal self attention and cross attention over the encoder output.
 Pre-LN stacks end with a LayerNorm. H = `model.hidden_size`; `model.embed_dim` is not used
 (embeddings must have size H to be added to the residual stream).
@@ -31,6 +32,7 @@ import numpy as np
 from attnlab.config import ModelConfig, check_choice
 from attnlab.models import PAD_ID
 from attnlab.models import attention as attn_lib
+from attnlab.models.dropout import Dropout
 
 NORMS = ('pre', 'post')  # model.transformer.norm: layer norm before or after each sublayer
 
@@ -59,7 +61,7 @@ class FeedForward(nn.Module):
   @nn.compact
   def __call__(self, x_BxTxH, *, deterministic: bool):
     h_BxTxF = nn.relu(nn.Dense(self.mlp_dim, dtype=self.dtype, name='wi')(x_BxTxH))
-    h_BxTxF = nn.Dropout(self.dropout)(h_BxTxF, deterministic=deterministic)
+    h_BxTxF = Dropout(self.dropout)(h_BxTxF, deterministic=deterministic)
     return nn.Dense(self.hidden_size, dtype=self.dtype, name='wo')(h_BxTxF)
 
 
@@ -91,7 +93,7 @@ class EncoderLayer(_Block):
   def setup(self):
     self.self_attn = self._mha()
     self.ffn = self._ffn()
-    self.drop = nn.Dropout(self.dropout)
+    self.drop = Dropout(self.dropout)
     self.ln_attn = nn.LayerNorm(dtype=self.dtype)
     self.ln_ffn = nn.LayerNorm(dtype=self.dtype)
 
@@ -109,7 +111,7 @@ class DecoderLayer(_Block):
     self.self_attn = self._mha()
     self.cross_attn = self._mha()
     self.ffn = self._ffn()
-    self.drop = nn.Dropout(self.dropout)
+    self.drop = Dropout(self.dropout)
     self.ln_self = nn.LayerNorm(dtype=self.dtype)
     self.ln_cross = nn.LayerNorm(dtype=self.dtype)
     self.ln_ffn = nn.LayerNorm(dtype=self.dtype)
@@ -195,7 +197,7 @@ class Transformer(nn.Module):
       self.enc_final_ln = nn.LayerNorm(dtype=self.dtype)
       self.dec_final_ln = nn.LayerNorm(dtype=self.dtype)
     self.logits_dense = nn.Dense(self.target_vocab_size, dtype=self.dtype)
-    self.embed_dropout = nn.Dropout(c.dropout)
+    self.embed_dropout = Dropout(c.dropout)
 
   def _check_length(self, length: int, what: str):
     if length > self.config.transformer.max_length:
