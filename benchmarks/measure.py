@@ -36,20 +36,48 @@ def load_average() -> float:
     return 0.0
 
 
-def machine_name() -> str:
-  """A stable file name for this machine: CPU model and core count, e.g. amd-epyc-2cpu."""
-  model = platform.processor() or platform.machine()
+def _cpuinfo() -> dict[str, str]:
+  """The first processor's /proc/cpuinfo fields ({} where there is none)."""
+  fields = {}
   try:
     with open('/proc/cpuinfo') as f:
       for line in f:
-        if line.startswith('model name'):
-          model = line.split(':', 1)[1]
+        if not line.strip():
           break
+        key, _, value = line.partition(':')
+        fields[key.strip()] = value.strip()
   except OSError:
     pass
-  slug = re.sub(r'[^a-z0-9]+', '-', model.lower()).strip('-')
+  return fields
+
+
+def isa_tag(flags: set[str]) -> str:
+  """The widest vector/matrix unit XLA and oneDNN can use: amx, avx512, avx2 or base."""
+  for tag, flag in (('amx', 'amx_tile'), ('avx512', 'avx512f'), ('avx2', 'avx2')):
+    if flag in flags:
+      return tag
+  return 'base'
+
+
+def machine_name(cpuinfo: dict[str, str] | None = None, cpu_count: int | None = None) -> str:
+  """A stable file name for this machine kind: CPU model, family/model, ISA and core count.
+
+  Cloud VMs often report a bare model name ("AMD EPYC"), which is the same for Zen 3 (AVX2)
+  and Zen 4 (AVX-512): the family/model numbers and the ISA tell them apart, e.g.
+  amd-epyc-f25m17-avx512-2cpu.
+  """
+  info = _cpuinfo() if cpuinfo is None else cpuinfo
+  model = info.get('model name') or platform.processor() or platform.machine()
+  slug = re.sub(r'\((r|tm)\)', '', model.lower())
+  slug = re.sub(r'[^a-z0-9]+', '-', slug).strip('-')
   slug = re.sub(r'-(processor|cpu)\b.*', '', slug)[:40] or 'machine'
-  return f'{slug}-{os.cpu_count()}cpu'
+  parts = [slug]
+  if 'cpu family' in info and 'model' in info:
+    parts.append(f'f{info["cpu family"]}m{info["model"]}')
+  if 'flags' in info:
+    parts.append(isa_tag(set(info['flags'].split())))
+  parts.append(f'{cpu_count or os.cpu_count()}cpu')
+  return '-'.join(parts)
 
 
 def interleaved(runs: dict[str, Callable[[], float]], reps: int) -> dict[str, dict]:

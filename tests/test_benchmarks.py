@@ -90,3 +90,18 @@ def test_top_k_equals_lax_top_k_with_ties():
       want_values, want_indices = lax.top_k(x, k)
       np.testing.assert_array_equal(values, want_values)
       np.testing.assert_array_equal(indices, want_indices)
+
+
+def test_machine_name_tells_cpu_kinds_apart():
+  from benchmarks.measure import machine_name
+
+  def cpu(name, family, model, flags):
+    return {'model name': name, 'cpu family': family, 'model': model, 'flags': flags}
+
+  zen3 = cpu('AMD EPYC', '25', '1', 'fpu sse2 avx avx2 fma')
+  zen4 = cpu('AMD EPYC', '25', '17', 'fpu sse2 avx avx2 avx512f avx512_bf16')
+  spr = cpu('Intel(R) Xeon(R) Processor', '6', '143', 'avx2 avx512f amx_bf16 amx_tile')
+  assert machine_name(zen3, 2) == 'amd-epyc-f25m1-avx2-2cpu'
+  assert machine_name(zen4, 2) == 'amd-epyc-f25m17-avx512-2cpu'
+  assert machine_name(spr, 2) == 'intel-xeon-f6m143-amx-2cpu'
+  assert machine_name({'model name': 'Apple M2'}, 8) == 'apple-m2-8cpu'  # no family/flags

@@ -14,15 +14,22 @@ from conftest import parse_command_line
 from attnlab.sweeps import trials
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-EXPERIMENTS = sorted(glob.glob(os.path.join(REPO, 'experiments', '*.py')))
+# Experiment files define sweep(add); experiments/sizes.py holds the sizes they share.
+EXPERIMENTS = sorted(
+  p for pattern in ('*.py', 'learning_speed/*.py')
+  for p in glob.glob(os.path.join(REPO, 'experiments', pattern))
+  if 'def sweep(' in open(p).read()
+)
 
 
 def test_the_ablations_exist():
-  names = {os.path.basename(p)[:-3] for p in EXPERIMENTS}
-  assert {'score_timing', 'bottleneck', 'local_global', 'heads'} <= names
+  names = {os.path.relpath(p, os.path.join(REPO, 'experiments'))[:-3] for p in EXPERIMENTS}
+  ablations = {'score_timing', 'bottleneck', 'local_global', 'heads'}
+  assert ablations | {'score_timing_bible'} <= names
+  assert {f'learning_speed/{name}' for name in ablations} <= names
 
 
-@pytest.fixture(params=EXPERIMENTS, ids=lambda p: os.path.basename(p)[:-3])
+@pytest.fixture(params=EXPERIMENTS, ids=lambda p: os.path.relpath(p, REPO)[len('experiments/'):-3])
 def experiment(request, monkeypatch):
   monkeypatch.chdir(REPO)  # experiments name config files relative to the repository
   return trials.load_experiment(os.path.relpath(request.param, REPO))

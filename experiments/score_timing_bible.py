@@ -1,0 +1,20 @@
+"""Score x timing at convergence on Bible Spanish -> English: the grid of
+experiments/score_timing.py (Luong et al. 2015, Table 4) on real translation, ranked by test
+BLEU, every trial tested on its best eval checkpoint. Half-width models
+(experiments/sizes.py BIBLE_SMALL) and 2 seeds, as a trial is over 30 min on one core.
+9 variants x 2 seeds = 18 trials.
+
+COMMAND: python -m attnlab.sweep experiments/score_timing_bible.py --parallel=2 \
+  --workdir=runs/score_timing_bible
+  (on CPU prefix XLA_FLAGS=--xla_cpu_multi_thread_eigen=false: one single-threaded trial per
+  core; rerunning the command resumes the sweep where it stopped)
+"""
+
+from experiments import sizes
+from experiments.score_timing import grid
+
+BASE = 'configs/bible.py'
+
+
+def sweep(add):
+  grid(add, 'configs/bible.py', sizes.BIBLE_SMALL, sizes.BIBLE_SEEDS)
