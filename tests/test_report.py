@@ -37,7 +37,8 @@ TOKENS = {
   'bahdanau': [10.0, 300.0],
   'none': [10.0, 1000.0, 2000.0],
 }
-FINAL_STEP = 4
+FINAL_STEP = 4  # the selected (best eval) step: the test split was evaluated there
+LAST_STEP = 8  # trained steps; eval every 2, flat after FINAL_STEP: every trial converged
 
 
 def _write(path, text):
@@ -88,16 +89,33 @@ def make_sweep(root, *, npz=True):
     if (timing, seed) in ENTROPY:
       test['attention_entropy'] = ENTROPY[timing, seed]
       test['alignment_error_rate'] = AER[timing, seed]
-    final = {'step': FINAL_STEP, 'num_params': PARAMS[timing], 'eval': test, 'test': test}
+    selection = {
+      'split': 'eval',
+      'metric': 'sequence_accuracy',
+      'mode': 'max',
+      'best_step': FINAL_STEP,
+      'best_value': accuracy,
+      'patience': 0,
+      'stopped_early': False,
+    }
+    final = {
+      'step': FINAL_STEP,
+      'trained_steps': LAST_STEP,
+      'num_params': PARAMS[timing],
+      'selection': selection,
+      'eval': test,
+      'test': test,
+    }
     _write(os.path.join(d, 'final_metrics.json'), json.dumps(final))
     events = [
       {'step': 2 * (i + 1), 'split': 'train', 'loss': 3.0 - i, 'tokens_per_sec': rate}
       for i, rate in enumerate(TOKENS[timing])
     ]
     events += [
-      {'step': 2, 'split': 'eval', 'sequence_accuracy': accuracy / 2},
-      {'step': 4, 'split': 'eval', 'sequence_accuracy': accuracy},
+      {'step': step, 'split': 'eval', 'sequence_accuracy': value}
+      for step, value in ((2, accuracy / 2), (4, accuracy), (6, accuracy), (8, accuracy / 2))
     ]
+    events.append({'step': FINAL_STEP, 'split': 'selection', 'metric': 'sequence_accuracy'})
     _write(os.path.join(d, 'metrics.jsonl'), ''.join(json.dumps(e) + '\n' for e in events))
     _write(
       os.path.join(d, 'predictions_test.jsonl'),
@@ -144,19 +162,23 @@ Test split. Metrics: mean ± std over finished seeds. Δ: exact-match accuracy m
 variant's, with a 95% interval and two-sided p-value from a paired bootstrap (2000 resamples of \
 test examples, paired by seed and example).
 
+Converged: early stopping fired, or the best-so-far dev selection metric moved less than 0.3 \
+points (percentage points for rates, BLEU/chrF points) over the last 25% of training. Tested \
+on best: the test split was evaluated with the trial's best dev checkpoint.
+
 ## configs/reverse.py
 
 Best by test sequence_accuracy (higher is better).
 
-| variant | seeds | sequence_accuracy | Δ vs best [95% CI] | p | attention_entropy | \
+| variant | seeds | converged | sequence_accuracy | Δ vs best [95% CI] | p | attention_entropy | \
 alignment_error_rate | params | tokens/s | wall/trial |
-|---|---|---|---|---|---|---|---|---|---|
-| timing=luong | 2/2 | 0.875 ± 0.177 | best |  | 0.600 ± 0.141 | 0.150 ± 0.071 | 1,200 | 500 \
-| 1m10s |
-| timing=bahdanau | 2/2 | 0.875 ± 0.177 | +0.000 [+0.000, +0.000] | 1.000 | 1.100 ± 0.141 | \
-0.400 ± 0.141 | 1,100 | 300 | 1m45s |
-| timing=none | 1/2 (1 failed) | 0.000 | -1.000 [-1.000, -1.000] | <0.0005 | – | – | 800 | \
-1,500 | 0m30s |
+|---|---|---|---|---|---|---|---|---|---|---|
+| timing=luong | 2/2 | 2/2 | 0.875 ± 0.177 | best |  | 0.600 ± 0.141 | 0.150 ± 0.071 | 1,200 \
+| 500 | 1m10s |
+| timing=bahdanau | 2/2 | 2/2 | 0.875 ± 0.177 | +0.000 [+0.000, +0.000] | 1.000 | 1.100 ± 0.141 \
+| 0.400 ± 0.141 | 1,100 | 300 | 1m45s |
+| timing=none | 1/2 (1 failed) | 1/1 | 0.000 | -1.000 [-1.000, -1.000] | <0.0005 | – | – | \
+800 | 1,500 | 0m30s |
 
 ![metric](plots/reverse-metric.png)
 
@@ -165,6 +187,17 @@ alignment_error_rate | params | tokens/s | wall/trial |
 ![curves](plots/reverse-curves.png)
 
 ![attention](plots/reverse-attention.png)
+
+### Convergence: configs/reverse.py
+
+| variant | seed | selected step | last step | early stop | last-quarter movement (points) | \
+tested on best | verdict |
+|---|---|---|---|---|---|---|---|
+| timing=luong | 0 | 4 | 8 | no | 0.00 (6-8) | yes | converged |
+| timing=luong | 1 | 4 | 8 | no | 0.00 (6-8) | yes | converged |
+| timing=bahdanau | 0 | 4 | 8 | no | 0.00 (6-8) | yes | converged |
+| timing=bahdanau | 1 | 4 | 8 | no | 0.00 (6-8) | yes | converged |
+| timing=none | 0 | 4 | 8 | no | 0.00 (6-8) | yes | converged |
 
 ## Failed trials
 
@@ -203,6 +236,9 @@ def test_golden_results_csv(tmp_path):
   assert luong['delta_vs_best'] == '' and float(bahdanau['p_value']) == 1.0
   assert float(none['delta_vs_best']) == -1.0 and float(none['ci_high']) == -1.0
   assert float(none['p_value']) == 0.0
+  assert (luong['seeds_converged'], luong['seeds_undecided']) == ('2', '0')
+  assert (none['seeds_converged'], none['seeds_tested_on_best']) == ('1', '1')
+  assert float(luong['max_movement_points']) == 0.0
 
 
 def _assert_png(path):
@@ -236,7 +272,7 @@ def test_missing_predictions_are_reported(tmp_path):
   root = make_sweep(str(tmp_path))
   os.remove(os.path.join(root, _name('none', 0), 'predictions_test.jsonl'))
   text = open(report.write_report(root, plots=False)).read()
-  assert '| timing=none | 1/2 (1 failed) | 0.000 | – |' in text
+  assert '| timing=none | 1/2 (1 failed) | 1/1 | 0.000 | – |' in text
   assert 'No predictions_test.jsonl in 1 finished trial(s)' in text
 
 

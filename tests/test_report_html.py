@@ -183,10 +183,11 @@ def test_tables_sort_numbers_as_numbers(tmp_path):
   root = make_sweep(str(tmp_path))
   report.write_report(root, plots=False)
   _, page = _page(os.path.join(root, 'report.html'))
-  (table,) = page.of_class('sortable')
+  table = page.of_class('sortable')[0]  # the variants; the per-trial convergence table follows
   assert table['head'] == [
     'variant',
     'seeds',
+    'converged',
     'sequence_accuracy',
     'Δ vs best [95% CI]',
     'p',
@@ -202,6 +203,7 @@ def test_tables_sort_numbers_as_numbers(tmp_path):
   assert none == {
     'variant': None,
     'seeds': '1.0',
+    'converged': '1.0',
     'sequence_accuracy': '0.0',
     'Δ vs best [95% CI]': '-1.0',
     'p': '0.0005',
@@ -211,7 +213,7 @@ def test_tables_sort_numbers_as_numbers(tmp_path):
     'tokens/s': '1500.0',
     'wall/trial': '30.0',
   }
-  assert [a.get('data-sort') for _, a in table['rows'][0]][3] is None  # 'best'
+  assert [a.get('data-sort') for _, a in table['rows'][0]][4] is None  # 'best'
 
 
 def test_heatmap_cells_are_the_saved_weights(tmp_path):

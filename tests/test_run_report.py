@@ -33,7 +33,23 @@ TEST = {
   'accuracy_by_format': {'short': 1.0, 'long': 0.125},
 }
 EVAL = {**TEST, 'sequence_accuracy': 0.3, 'wer': 0.7, 'num_examples': 500}
-FINAL = {'step': 2000, 'num_params': 1234567, 'eval': EVAL, 'test': TEST}
+SELECTION = {
+  'split': 'eval',
+  'metric': 'wer',
+  'mode': 'min',
+  'best_step': 2000,
+  'best_value': 0.7,
+  'patience': 0,
+  'stopped_early': False,
+}
+FINAL = {
+  'step': 2000,
+  'trained_steps': 2000,
+  'num_params': 1234567,
+  'selection': SELECTION,
+  'eval': EVAL,
+  'test': TEST,
+}
 
 
 def _write(path, text):
@@ -56,7 +72,12 @@ def run_dir(tmp_path):
     {'step': 500 * (i + 1), 'split': 'train', 'loss': 3.0 - i, 'tokens_per_sec': rate}
     for i, rate in enumerate([10.0, 400.0, 500.0, 900.0])
   ]
-  events += [{'step': 1000, 'split': 'eval', 'wer': 0.8}, {'step': 2000, 'split': 'eval', **EVAL}]
+  # Dev WER best so far: 0.7012 at step 1,500 (= 0.75 x 2,000), 0.7 at 2,000: 0.12 points.
+  events += [
+    {'step': 1000, 'split': 'eval', 'wer': 0.8},
+    {'step': 1500, 'split': 'eval', 'wer': 0.7012},
+    {'step': 2000, 'split': 'eval', **EVAL},
+  ]
   _write(d / 'metrics.jsonl', _jsonl(events))
   weights = np.full((3, 4), 0.25, np.float32)
   heatmaps.save_heatmap(d / 'attention' / 'test_step0002000_ex0.png', weights, 'abc.', 'xyz')
@@ -83,6 +104,9 @@ GOLDEN = [
   '| per | 12.34% | 12.34% |',
   '| loss | 0.4123 | 0.4123 |',
   '| num_examples | 500 | 1,200 |',
+  'Converged: yes - dev wer moved 0.12 points over the last quarter (steps 1,500-2,000); '
+  'selected step 2,000',
+  '- Tested checkpoint: step 2,000, selected on eval wer',
   '## By source length: test',
   '| source length | examples | sequence_accuracy | wer |',
   '| 5-9 | 2 | 50.00% | 50.00% |',
@@ -105,6 +129,8 @@ def test_report_of_a_finished_run(run_dir, tmp_path):
   for line in GOLDEN:
     assert line in lines
   assert lines.index('| de_DE | 75.00% | 75.00% |') < lines.index('| fr_FR | 50.00% | 50.00% |')
+  converged = next(i for i, line in enumerate(lines) if line.startswith('Converged: '))
+  assert lines[converged - 2] == '| num_examples | 500 | 1,200 |'  # under the final metrics
   assert not any(line.startswith('| 0-4 ') for line in lines)  # empty buckets are left out
   for name in ('by_length.png', 'learning_curve.png', 'attention/test_step0002000_ex0.png'):
     assert (out / name).read_bytes().startswith(b'\x89PNG')

@@ -323,9 +323,11 @@ def test_a_real_sweep_runs_reports_and_skips_finished_trials(tmp_path, monkeypat
   assert failed['status'] == 'failed' and "'gneral' is not valid" in failed['error']
   results = open(os.path.join(workdir, 'results.md')).read()
   assert '4 trials, 3 finished, 1 failed' in results
-  assert '| score=gneral | 0/1 (1 failed) | failed |' in results
+  assert '| score=gneral | 0/1 (1 failed) | – | failed |' in results
   assert "- `score=gneral,seed=0`: ConfigError: model.attention.score='gneral'" in results
-  assert '| score=dot | 2/2 |' in results and '| score=concat | 1/1 |' in results
+  # The smoke config has no eval split, hence no model selection: convergence is undecided.
+  assert '| score=dot † | 2/2 | 0/2 (2 undecided) |' in results
+  assert '| score=concat † | 1/1 | 0/1 (1 undecided) |' in results
   for kind in ('metric', 'by_length', 'curves', 'attention'):
     assert os.path.getsize(os.path.join(workdir, 'plots', f'reverse-smoke-{kind}.png')) > 3000
   assert os.listdir(os.path.join(workdir, sweep_runner.CACHE_DIR))  # shared compilation cache

@@ -2,7 +2,8 @@
 
     metric     the test metric per variant: mean with a std error bar, each seed as a dot
     by_length  test sequence accuracy per source-length bucket (Bahdanau et al. 2015, Fig. 2)
-    curves     training loss and the eval metric against the step
+    curves     training loss (mean over seeds) and the dev selection metric of every trial
+               against the step, a dot at each trial's selected step: convergence, visible
     attention  the same test examples' attention heatmaps across variants (one seed)
 
 For the attention grid the weights come from attention/test_stepNNNNNNN.npz (keys
@@ -16,12 +17,13 @@ import os
 import re
 from collections.abc import Sequence
 
+import matplotlib
 import numpy as np
 from matplotlib import image as mpimg
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from attnlab.reporting import heatmaps
+from attnlab.reporting import convergence, heatmaps
 from attnlab.sweeps.trials import SEED_KEY, config_label
 
 MAX_EXAMPLES = 2  # rows of the attention grid
@@ -106,21 +108,65 @@ def _curve(results, split: str, key: str) -> tuple[list[int], list[float]]:
   return steps, [float(np.mean([s[t] for s in per_seed])) for t in steps]
 
 
+def _colours(n: int) -> list:
+  """One colour per variant: matplotlib's cycle, tab20 beyond its 10."""
+  if n <= 10:
+    return [f'C{i}' for i in range(n)]
+  return [matplotlib.colormaps['tab20'](i % 20) for i in range(n)]
+
+
+def _dev_curves(variants: Sequence, fallback: str) -> tuple[str, list, int | None]:
+  """The dev metric the trials selected on (`fallback` unless all agree on one), per variant
+  [(eval curve, selected step)] of its finished trials, and their last step if they share one."""
+  verdicts = [[(r, convergence.assess(r.final, r.events)) for r in v.finished] for v in variants]
+  chosen = {c.metric for trials in verdicts for _, c in trials} - {None}
+  metric = chosen.pop() if len(chosen) == 1 else fallback
+  curves = [
+    [(convergence.eval_curve(r.events, metric), c.selected_step) for r, c in trials]
+    for trials in verdicts
+  ]
+  lasts = {c.last_step for trials in verdicts for _, c in trials}
+  return metric, curves, (lasts.pop() if len(lasts) == 1 else None)
+
+
 def plot_curves(path: str, variants: Sequence, metric: str) -> bool:
-  panels = [('train', 'loss', 'training loss'), ('eval', metric, f'eval {metric}')]
-  drawn = [p for p in panels if any(_curve(v.finished, p[0], p[1])[0] for v in variants)]
+  """Training loss per variant (mean over seeds) and the dev selection metric of every trial
+  (`metric` when the trials record none): one line per trial, coloured by variant."""
+  dev_metric, dev, last = _dev_curves(variants, metric)
+  has_loss = any(_curve(v.finished, 'train', 'loss')[0] for v in variants)
+  has_dev = any(curve for trials in dev for curve, _ in trials)
+  drawn = [kind for kind, present in (('loss', has_loss), ('dev', has_dev)) if present]
   if not drawn:
     return False
   fig = Figure(figsize=(5.0 * len(drawn) + 1.5, 4.0), layout='constrained')
-  axes = fig.subplots(1, len(drawn), squeeze=False)[0]
-  for ax, (split, key, title) in zip(axes, drawn, strict=True):
-    for v in variants:
-      steps, values = _curve(v.finished, split, key)
+  axes = dict(zip(drawn, fig.subplots(1, len(drawn), squeeze=False)[0], strict=True))
+  colours = _colours(len(variants))
+  for v, colour, trials in zip(variants, colours, dev, strict=True):
+    if 'loss' in axes:
+      steps, values = _curve(v.finished, 'train', 'loss')
       if steps:
-        ax.plot(steps, values, marker='.', label=v.label)
+        axes['loss'].plot(steps, values, marker='.', color=colour, label=v.label)
+    if 'dev' in axes:
+      labelled = False
+      for curve, selected in trials:
+        if not curve:
+          continue
+        steps, values = zip(*curve, strict=True)
+        label = None if labelled else v.label
+        axes['dev'].plot(steps, values, '.-', color=colour, lw=1, ms=3, alpha=0.8, label=label)
+        labelled = True
+        value_at = dict(curve)
+        if selected in value_at:  # the selected (best dev) step
+          axes['dev'].plot([selected], [value_at[selected]], 'o', color=colour, mec='black', ms=6)
+  dev_title = f'{convergence.DEV} {dev_metric}, every trial (dot: selected step'
+  if 'dev' in axes and last:  # the window convergence is judged on (reporting/convergence.py)
+    axes['dev'].axvspan((1 - convergence.LAST_FRACTION) * last, last, color='0.92', zorder=0)
+    dev_title += '; shaded: last quarter'
+  titles = {'loss': 'training loss (mean over seeds)', 'dev': dev_title + ')'}
+  for kind, ax in axes.items():
     ax.set_xlabel('step')
-    ax.set_title(f'{title} (mean over seeds)', fontsize=9)
-  axes[-1].legend(fontsize=7)
+    ax.set_title(titles[kind], fontsize=9)
+  axes[drawn[-1]].legend(fontsize=7)
   save_figure(fig, path)
   return True
 

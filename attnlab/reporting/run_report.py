@@ -6,8 +6,10 @@
 
 Reads RUN_DIR/config.json, final_metrics.json, metrics.jsonl, run_times.jsonl (written by
 attnlab.train) and the final test step's attention heatmaps. Writes OUT/README.md (command,
-wall time, parameters, steps, training tokens/s, final metrics per split, breakdowns by source
-length, locale and format), OUT/by_length.png, OUT/learning_curve.png, up to
+wall time, parameters, steps, training tokens/s, final metrics per split, whether the run
+converged (reporting/convergence.py: early stopping fired, or the dev selection metric stopped
+moving over the last quarter of training), breakdowns by source length, locale and format),
+OUT/by_length.png, OUT/learning_curve.png (with the dev curve and its selected step), up to
 `MAX_HEATMAPS` heatmaps in OUT/attention/, copies of config.json and final_metrics.json, and
 OUT/report.html: the README as one self-contained page (reporting/html.py) whose heatmaps,
 drawn from the run's saved weights, show token and weight on hover.
@@ -27,7 +29,7 @@ from matplotlib.figure import Figure
 
 from attnlab import cli
 from attnlab.errors import UserError
-from attnlab.reporting import html, html_heatmaps
+from attnlab.reporting import convergence, html, html_heatmaps
 from attnlab.reporting import plots as report_plots
 from attnlab.reporting import stats as report_stats
 from attnlab.reporting import sweep_report as report
@@ -179,8 +181,11 @@ def summary(run_dir: str, result, task: str, config_file: str, command, wall_s) 
     f'- Wall time: {_wall_time(run_dir, wall_s)}',
     f'- Parameters: {final.get("num_params", 0):,}',
     f'- Training steps: {final.get("trained_steps", final.get("step", 0)):,}',
-    *([f'- Tested checkpoint: step {final["step"]:,}, selected on eval {selected}']
-      if (selected := (final.get('selection') or {}).get('metric')) else []),
+    *(
+      [f'- Tested checkpoint: step {final["step"]:,}, selected on eval {selected}']
+      if (selected := (final.get('selection') or {}).get('metric'))
+      else []
+    ),
     '- Training throughput: '
     + (
       f'{rate:,.0f} tokens/s (median over logging windows after the first, which includes '
@@ -199,7 +204,8 @@ def plots(out: str, result, task: str, splits: list[str]) -> list[str]:
   variant = report.Variant(task, task, {}, [result])  # the sweep report's curves, one trial
   metric = report_stats.primary_metric([variant], 'auto')
   if report_plots.plot_curves(os.path.join(out, 'learning_curve.png'), [variant], metric):
-    lines += ['', f'![training loss and eval {metric}](learning_curve.png)']
+    shown = result.verdict.metric or metric  # the curve shows the metric the run selected on
+    lines += ['', f'![training loss and eval {shown}](learning_curve.png)']
   heatmaps = report_plots.final_heatmap_pngs(result)  # index -> PNG of the final test step
   if heatmaps:
     os.makedirs(os.path.join(out, 'attention'), exist_ok=True)
@@ -224,12 +230,14 @@ def write_run_report(
   config_file = match.group(1) if match else ''
   result = read_run(run_dir, config_file)
   final, task = result.final, config.get('task', {}).get('name', '?')
-  splits = [s for s, v in final.items() if isinstance(v, dict)]
+  # Splits are the dicts of final_metrics.json, except `selection` (how the step was chosen).
+  splits = [s for s, v in final.items() if isinstance(v, dict) and s != 'selection']
   os.makedirs(out, exist_ok=True)
   for name in ('config.json', 'final_metrics.json'):
     shutil.copyfile(os.path.join(run_dir, name), os.path.join(out, name))
   lines = summary(run_dir, result, task, config_file, command, wall_s)
   lines += ['', '## Final metrics', ''] + metrics_table(final, splits)
+  lines += ['', convergence.run_line(result.verdict)]
   for s in splits:
     table = length_table(final[s])
     if table:

@@ -5,14 +5,17 @@
 Reads DIR/sweep.json (written by `attnlab.sweep`) and every trial directory. Trials are grouped
 by their config file (the task) and, inside a group, by variant: the trial's overrides except
 the seed. Per variant, on the test split: the metric as mean +- sample std over finished seeds,
-other decoded metrics (PER, WER, BLEU, chrF when the task has them), attention entropy and
-alignment error rate, parameter count, training tokens/s (median over logging windows after
-the first, which includes compilation) and wall time per trial. Failed trials are marked.
+how many seeds converged, other decoded metrics (PER, WER, BLEU, chrF when the task has them),
+attention entropy and alignment error rate, parameter count, training tokens/s (median over
+logging windows after the first, which includes compilation) and wall time per trial. Failed
+trials are marked. Convergence (reporting/convergence.py): per trial, did early stopping fire
+or its dev selection metric stop moving over the last quarter, and was it tested with its best
+checkpoint; a variant with a trial that did not converge is marked and named under its table.
 
-Significance (attnlab/report_stats.py): each variant against the best one of its group by a
+Significance (reporting/stats.py): each variant against the best one of its group by a
 paired bootstrap of per-example exact-match correctness, read from each trial's
 predictions_test.jsonl ({"index": i, "correct": true} per line). Plots
-(attnlab/report_plots.py) go to DIR/plots/. DIR/report.html (reporting/html.py) is results.md
+(reporting/plots.py) go to DIR/plots/. DIR/report.html (reporting/html.py) is results.md
 as one self-contained page: sortable tables, the plots inline, hoverable attention heatmaps.
 """
 
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import io
 import json
 import math
@@ -30,7 +34,7 @@ import numpy as np
 from absl import app, flags
 
 from attnlab import cli
-from attnlab.reporting import html, html_heatmaps
+from attnlab.reporting import convergence, html, html_heatmaps
 from attnlab.reporting import plots as report_plots
 from attnlab.reporting.stats import (
   BOOTSTRAP_SAMPLES,
@@ -41,7 +45,7 @@ from attnlab.reporting.stats import (
 )
 from attnlab.sweeps import runner as sweep_runner
 from attnlab.sweeps import trials as trials_lib
-from attnlab.sweeps.trials import Trial
+from attnlab.sweeps.trials import SEED_KEY, Trial
 
 PREDICTIONS = 'predictions_test.jsonl'
 EXTRA_METRICS = ('per', 'wer', 'bleu', 'chrf')  # shown when a task reports them
@@ -80,6 +84,11 @@ class TrialResult:
     rates = rates[1:] or rates  # the first window includes compilation
     return statistics.median(rates) if rates else None
 
+  @functools.cached_property
+  def verdict(self) -> convergence.Convergence:
+    """Did it converge, tested with its best checkpoint (reporting/convergence.py)."""
+    return convergence.assess(self.final, self.events)
+
 
 @dataclasses.dataclass
 class Variant:
@@ -108,6 +117,16 @@ class Variant:
 
   def wall_times(self) -> list[float]:
     return [r.status['wall_s'] for r in self.finished if is_number(r.status.get('wall_s'))]
+
+  def verdicts(self) -> list[tuple[object, convergence.Convergence]]:
+    """(seed, convergence verdict) of each finished trial."""
+    return [(r.trial.overrides.get(SEED_KEY), r.verdict) for r in self.finished]
+
+  @property
+  def shown_label(self) -> str:
+    """The label, marked when a finished trial did not converge."""
+    unsure = any(not c.converged for _, c in self.verdicts())
+    return f'{self.label} {convergence.MARK}' if unsure else self.label
 
 
 def is_number(value) -> bool:
@@ -143,8 +162,7 @@ def read_trial(workdir: str, trial: Trial) -> TrialResult:
       final = json.load(f)
   # A resumed run logs some steps twice; the last entry per (step, split) wins.
   events = {
-    (e.get('step'), e.get('split')): e
-    for e in read_jsonl(os.path.join(directory, 'metrics.jsonl'))
+    (e.get('step'), e.get('split')): e for e in read_jsonl(os.path.join(directory, 'metrics.jsonl'))
   }
   rows = read_jsonl(os.path.join(directory, PREDICTIONS))
   predictions = {int(r['index']): bool(r['correct']) for r in rows} if rows else None
@@ -195,23 +213,15 @@ def _columns(variants: list[Variant], metric: str) -> list[str]:
 
 def group_table(variants: list[Variant], metric: str, best, tests) -> list[str]:
   columns = _columns(variants, metric)
-  head = [
-    'variant',
-    'seeds',
-    columns[0],
-    'Δ vs best [95% CI]',
-    'p',
-    *columns[1:],
-    'params',
-    'tokens/s',
-    'wall/trial',
-  ]
+  head = ['variant', 'seeds', 'converged', columns[0], 'Δ vs best [95% CI]', 'p', *columns[1:]]
+  head += ['params', 'tokens/s', 'wall/trial']
   lines = ['| ' + ' | '.join(head) + ' |', '|' + '---|' * len(head)]
   for v in variants:
     seeds = f'{len(v.finished)}/{len(v.results)}'
     if v.failed:
       seeds += f' ({len(v.failed)} failed)'
-    cells = [v.label, seeds, _fmt(v.stat(columns[0]))]
+    verdicts = [c for _, c in v.verdicts()]
+    cells = [v.shown_label, seeds, convergence.count_cell(verdicts), _fmt(v.stat(columns[0]))]
     if v is best:
       cells += ['best', '']
     elif v.label in tests:
@@ -238,7 +248,7 @@ def group_table(variants: list[Variant], metric: str, best, tests) -> list[str]:
       sweep_runner.duration(float(np.mean(walls))) if walls else '–',
     ]
     if not v.finished:
-      cells[2] = 'failed' if v.failed else 'not run'
+      cells[3] = 'failed' if v.failed else 'not run'
     lines.append('| ' + ' | '.join(cells) + ' |')
   return lines
 
@@ -260,6 +270,8 @@ def markdown(
     "the best variant's, with a 95% interval and two-sided p-value from a paired "
     f'bootstrap ({BOOTSTRAP_SAMPLES} resamples of test examples, paired by seed and '
     'example).',
+    '',
+    convergence.rule(),
   ]
   for group, variants in groups.items():
     ranked_by = primary_metric(variants, metric)
@@ -268,6 +280,9 @@ def markdown(
     order = 'lower' if ranked_by in LOWER_IS_BETTER else 'higher'
     lines += ['', f'## {group}', '', f'Best by test {ranked_by} ({order} is better).', '']
     lines += group_table(variants, ranked_by, best, tests)
+    flag = convergence.flag_line([(v.label, v.verdicts()) for v in variants])
+    if flag:
+      lines += ['', flag]
     missing = [r.trial.name for v in variants for r in v.finished if r.predictions is None]
     if missing:
       lines += [
@@ -276,6 +291,9 @@ def markdown(
       ]
     for kind, path in plots.get(group, {}).items():
       lines += ['', f'![{kind}]({path})']
+    rows = [(v.label, seed, c) for v in variants for seed, c in v.verdicts()]
+    if rows:
+      lines += ['', f'### Convergence: {group}', ''] + convergence.trial_table(rows)
   failed = [r for r in results if r.state == 'failed']
   if failed:
     lines += ['', '## Failed trials', '']
@@ -295,15 +313,9 @@ def csv_text(groups: dict[str, list[Variant]], metric: str) -> str:
   )
   head = ['group', 'variant', 'ranked_by', 'seeds_finished', 'seeds_failed']
   head += [f'{m}_{s}' for m in names for s in ('mean', 'std')]
-  head += [
-    'num_params',
-    'tokens_per_sec',
-    'wall_s',
-    'delta_vs_best',
-    'ci_low',
-    'ci_high',
-    'p_value',
-  ]
+  head += ['num_params', 'tokens_per_sec', 'wall_s', 'delta_vs_best', 'ci_low', 'ci_high']
+  head += ['p_value', 'seeds_converged', 'seeds_undecided', 'seeds_tested_on_best']
+  head += ['max_movement_points']  # the largest last-quarter movement of its trials
   out = io.StringIO()
   writer = csv.writer(out, lineterminator='\n')
   writer.writerow(head)
@@ -326,6 +338,14 @@ def csv_text(groups: dict[str, list[Variant]], metric: str) -> str:
       ]
       t = tests.get(v.label, {})
       row += [num(t.get(k)) for k in ('delta', 'ci_low', 'ci_high', 'p_value')]
+      verdicts = [c for _, c in v.verdicts()]
+      moved = [c.movement for c in verdicts if c.movement is not None]
+      row += [
+        sum(c.converged for c in verdicts),
+        sum(c.verdict == convergence.UNDECIDED for c in verdicts),
+        sum(c.tested_on_best for c in verdicts),
+        num(max(moved)) if moved else '',
+      ]
       writer.writerow(row)
   return out.getvalue()
 

@@ -1,0 +1,247 @@
+"""Did a run converge, and was it tested with its best checkpoint? (issue 15)
+
+A run converged when early stopping fired (`train.patience` dev evaluations in a row without
+improvement), or when its dev selection metric moved less than CONVERGENCE_POINTS over the last
+LAST_FRACTION of training. The movement is taken on the best-so-far curve in the metric's
+direction, i.e. on what model selection would pick:
+
+    movement = |best_so_far(last evaluation) - best_so_far(last evaluation <= 0.75 x last step)|
+
+in points: rates stored as fractions (sequence_accuracy, wer, per, ...) count in percentage
+points, BLEU and chrF in their own 0-100 points, loss and perplexity in their own units. The
+last quarter is the steps [0.75 x last step, last step], both ends included; with fewer than
+MIN_EVALUATIONS evaluations in it there is no verdict ('undecided'), rather than a guess.
+
+Inputs, as attnlab.train writes them: final_metrics.json (`step`: the tested step,
+`trained_steps`, `selection`: {`metric`, `mode`, `best_step`, `best_value`, `patience`,
+`stopped_early`}, None without an eval split) and the `eval` rows of metrics.jsonl
+({"step": N, "split": "eval", "<metric>": value, ...}).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable, Sequence
+
+from attnlab.selection import DIRECTIONS, SELECT_SPLIT
+
+CONVERGENCE_POINTS = 0.3  # a converged dev metric moves less than this over the last quarter
+LAST_FRACTION = 0.25  # the part of training, at its end, that must be flat
+MIN_EVALUATIONS = 2  # evaluations the last quarter needs for a verdict
+DEV = 'dev'  # what the reports call the selection split (SELECT_SPLIT)
+MARK = '†'  # after a variant whose trials did not all converge
+
+# Points per stored unit of each selection metric (the keys of attnlab.selection.DIRECTIONS).
+POINTS_PER_UNIT = {
+  'sequence_accuracy': 100.0,  # fractions: percentage points
+  'token_accuracy': 100.0,
+  'teacher_forced_sequence_accuracy': 100.0,
+  'wer': 100.0,
+  'per': 100.0,
+  'alignment_error_rate': 100.0,
+  'bleu': 1.0,  # sacrebleu, already 0-100
+  'chrf': 1.0,
+  'loss': 1.0,  # nats per token: its own units
+  'perplexity': 1.0,
+}
+
+EARLY_STOPPED, CONVERGED, NOT_CONVERGED, UNDECIDED = (
+  'early stopped',
+  'converged',
+  'not converged',
+  'undecided',
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Convergence:
+  """The verdict on one run, with what it rests on."""
+
+  verdict: str  # EARLY_STOPPED | CONVERGED | NOT_CONVERGED | UNDECIDED
+  reason: str  # the evidence in words: 'dev wer moved 0.12 points over the last quarter (...)'
+  movement: float | None  # points the best-so-far moved over the last quarter
+  window: tuple[int, int] | None  # (last eval step <= 0.75 x last step, last eval step)
+  evaluations_in_window: int  # evaluations in [0.75 x last step, last step]
+  metric: str | None  # the dev metric the run selected on
+  selected_step: int | None  # the best dev step (None without model selection)
+  last_step: int | None  # the last step trained
+  tested_step: int | None  # the step whose checkpoint the test metrics come from
+  early_stopped: bool  # train.patience evaluations without improvement stopped the run
+
+  @property
+  def converged(self) -> bool:
+    return self.verdict in (EARLY_STOPPED, CONVERGED)
+
+  @property
+  def tested_on_best(self) -> bool:
+    """Whether the test metrics come from the selected (best dev) checkpoint."""
+    return self.selected_step is not None and self.tested_step == self.selected_step
+
+
+def _number(value) -> bool:
+  return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def eval_curve(events: Iterable[dict], metric: str) -> list[tuple[int, float]]:
+  """(step, value) of `metric` on the dev split, the last row per step (a resumed run logs some
+  steps twice), sorted by step; non-finite values are left out, as model selection skips them."""
+  by_step = {}
+  for e in events:
+    if e.get('split') == SELECT_SPLIT and _number(e.get(metric)) and _number(e.get('step')):
+      by_step[int(e['step'])] = float(e[metric])
+  return sorted(by_step.items())
+
+
+def best_so_far(curve: Sequence[tuple[int, float]], metric: str) -> list[tuple[int, float]]:
+  """The running best of `curve` in `metric`'s direction: what selection would hold at each step."""
+  pick = max if DIRECTIONS[metric] == 'max' else min
+  out, best = [], None
+  for step, value in curve:
+    best = value if best is None else pick(best, value)
+    out.append((step, best))
+  return out
+
+
+def _steps(value: float) -> str:
+  return f'{value:,.0f}' if float(value).is_integer() else f'{value:,.1f}'
+
+
+def assess(final: dict | None, events: Iterable[dict]) -> Convergence:
+  """The convergence verdict of a run from its final_metrics.json and metrics.jsonl rows."""
+  final = final or {}
+  chosen = final.get('selection') or {}
+  metric = chosen.get('metric')
+  early = bool(chosen.get('stopped_early'))
+  curve = eval_curve(events, metric) if metric in DIRECTIONS else []
+  last = final.get('trained_steps', curve[-1][0] if curve else final.get('step'))
+  facts = dict(
+    metric=metric,
+    selected_step=chosen.get('best_step'),
+    last_step=last,
+    tested_step=final.get('step'),
+    early_stopped=early,
+  )
+  undecided = lambda why, n=0: Convergence(UNDECIDED, why, None, None, n, **facts)
+  if metric not in DIRECTIONS:
+    return undecided('no model selection recorded in final_metrics.json: tested at the last step')
+  curve = [(s, v) for s, v in curve if last is None or s <= last]
+  if not curve or last is None:
+    return undecided(f'no {DEV} {metric} in metrics.jsonl')
+  start = (1.0 - LAST_FRACTION) * last
+  running = best_so_far(curve, metric)
+  before = [(s, b) for s, b in running if s <= start]
+  in_window = sum(s >= start for s, _ in curve)
+  stop = f'early stopping fired at step {last:,} (patience {chosen.get("patience")})'
+  if in_window < MIN_EVALUATIONS or not before:
+    if early:  # patience decided; the curve is too coarse to add a movement
+      return Convergence(EARLY_STOPPED, stop, None, None, in_window, **facts)
+    if not before:
+      return undecided(
+        f'no evaluation of {DEV} {metric} at or before step {_steps(start)}', in_window
+      )
+    return undecided(
+      f'{in_window} evaluation(s) of {DEV} {metric} in the last quarter (steps '
+      f'{_steps(start)}-{last:,}), {MIN_EVALUATIONS} needed: evaluate more often '
+      '(train.eval_every)',
+      in_window,
+    )
+  moved = abs(running[-1][1] - before[-1][1]) * POINTS_PER_UNIT[metric]
+  movement = round(moved, 9)  # float noise must not decide a verdict at the threshold
+  window = (before[-1][0], running[-1][0])
+  span = (
+    f'{DEV} {metric} moved {movement:.2f} points over the last quarter '
+    f'(steps {window[0]:,}-{window[1]:,})'
+  )
+  if early:
+    verdict, why = EARLY_STOPPED, f'{stop}; {span}'
+  elif movement < CONVERGENCE_POINTS:
+    verdict, why = CONVERGED, span
+  else:
+    verdict, why = NOT_CONVERGED, f'{span}, not under {CONVERGENCE_POINTS}: still improving'
+  return Convergence(verdict, why, movement, window, in_window, **facts)
+
+
+# --- How the reports say it ---------------------------------------------------------------
+
+
+def run_line(c: Convergence) -> str:
+  """`Converged: yes - dev wer moved 0.12 points over the last quarter (steps 7,500-10,000);
+  selected step 9,000`: the one line under a run's final metrics."""
+  answer = {EARLY_STOPPED: 'yes', CONVERGED: 'yes', NOT_CONVERGED: 'no'}.get(c.verdict, c.verdict)
+  line = f'Converged: {answer} - {c.reason}'
+  if c.selected_step is not None:
+    line += f'; selected step {c.selected_step:,}'
+    if not c.tested_on_best:
+      line += f'; tested at step {c.tested_step:,}, not with the selected checkpoint'
+  return line
+
+
+def count_cell(assessments: Sequence[Convergence]) -> str:
+  """'3/3', or '2/3 (1 undecided)': converged trials out of those assessed."""
+  if not assessments:
+    return '–'
+  cell = f'{sum(c.converged for c in assessments)}/{len(assessments)}'
+  undecided = sum(c.verdict == UNDECIDED for c in assessments)
+  return cell + (f' ({undecided} undecided)' if undecided else '')
+
+
+def flag_line(rows: Sequence[tuple[str, list[tuple[object, Convergence]]]]) -> str | None:
+  """One line naming every trial that did not converge, per (variant label, [(seed, verdict)])."""
+  parts = []
+  for label, trials in rows:
+    bad = [f'seed {seed} ({c.verdict}: {c.reason})' for seed, c in trials if not c.converged]
+    if bad:
+      parts.append(f'{label}: ' + ', '.join(bad))
+  if not parts:
+    return None
+  return (
+    f'{MARK} Not all trials converged, so these test numbers may measure learning speed '
+    f'rather than a converged model: ' + '; '.join(parts) + '.'
+  )
+
+
+TRIAL_HEAD = [
+  'variant',
+  'seed',
+  'selected step',
+  'last step',
+  'early stop',
+  'last-quarter movement (points)',
+  'tested on best',
+  'verdict',
+]
+
+
+def trial_row(label: str, seed, c: Convergence) -> list[str]:
+  step = lambda s: '–' if s is None else f'{s:,}'
+  moved = '–'
+  if c.movement is not None:
+    moved = f'{c.movement:.2f} ({c.window[0]:,}-{c.window[1]:,})'
+  verdict = c.verdict if c.verdict != UNDECIDED else f'{UNDECIDED}: {c.reason}'
+  return [
+    label,
+    '–' if seed is None else str(seed),
+    step(c.selected_step),
+    step(c.last_step),
+    'yes' if c.early_stopped else 'no',
+    moved,
+    'yes' if c.tested_on_best else 'no',
+    verdict,
+  ]
+
+
+def trial_table(rows: Sequence[tuple[str, object, Convergence]]) -> list[str]:
+  """Markdown table: one row per (variant label, seed, verdict)."""
+  lines = ['| ' + ' | '.join(TRIAL_HEAD) + ' |', '|' + '---|' * len(TRIAL_HEAD)]
+  return lines + ['| ' + ' | '.join(trial_row(*row)) + ' |' for row in rows]
+
+
+def rule() -> str:
+  """The criterion in one sentence, for the reports' introductions."""
+  return (
+    f'Converged: early stopping fired, or the best-so-far {DEV} selection metric moved '
+    f'less than {CONVERGENCE_POINTS} points (percentage points for rates, BLEU/chrF points) '
+    f'over the last {LAST_FRACTION:.0%} of training. Tested on best: the test split was '
+    f"evaluated with the trial's best {DEV} checkpoint."
+  )
