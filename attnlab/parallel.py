@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import importlib.util
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -23,6 +25,18 @@ AXIS = 'data'
 
 # glibc mallopt parameters (malloc.h).
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_ARENA_MAX = -1, -3, -8
+# Packages through which JAX finds a GPU or TPU; installed, JAX prefers that backend.
+ACCELERATOR_PLUGINS = ('jax_cuda12_plugin', 'jax_cuda13_plugin', 'jax_rocm60_plugin', 'libtpu')
+
+
+def will_run_on_cpu() -> bool:
+  """Whether JAX will compute on the CPU, decided without starting JAX: JAX_PLATFORMS if set,
+  else whether a GPU/TPU plugin is installed (a plugin without a device falls back to CPU;
+  this answers False there, which only forgoes the CPU allocator tuning)."""
+  platforms = os.environ.get('JAX_PLATFORMS', '').strip()
+  if platforms:
+    return platforms.split(',')[0].strip() == 'cpu'
+  return not any(importlib.util.find_spec(name) for name in ACCELERATOR_PLUGINS)
 
 
 def tune_host_allocator() -> bool:
@@ -34,9 +48,10 @@ def tune_host_allocator() -> bool:
   its whole scratch space in again, which costs the RNN train step about a third of its time
   on a 2-core VM. One arena, a 1 GB mmap threshold and no trimming let the block be reused.
   The price: freed memory stays with the process. Call before JAX starts its threads (before
-  the first `jax.devices()`); returns False where it does not apply (not Linux/glibc).
+  the first `jax.devices()`); returns False where it does not apply: not Linux/glibc, or JAX
+  will run on a GPU/TPU (its scratch memory is device memory there).
   """
-  if not sys.platform.startswith('linux'):
+  if not sys.platform.startswith('linux') or not will_run_on_cpu():
     return False
   try:
     libc = ctypes.CDLL('libc.so.6')

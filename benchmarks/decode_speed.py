@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -35,18 +34,6 @@ from benchmarks import measure
 RESULTS_DIR = os.path.join(os.path.dirname(__file__), 'results')
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SETTINGS = (('greedy', {'search': 'greedy'}), ('beam5', {'search': 'beam', 'beam_size': 5}))
-
-
-def cpu_model() -> str:
-  """`lscpu`'s model name (/proc/cpuinfo), e.g. 'AMD EPYC'."""
-  try:
-    with open('/proc/cpuinfo') as f:
-      for line in f:
-        if line.startswith('model name'):
-          return line.split(':', 1)[1].strip()
-  except OSError:
-    pass
-  return platform.processor() or platform.machine()
 
 
 def train_run(workdir: str, steps: int) -> None:
@@ -98,7 +85,8 @@ def main(argv=None) -> dict:
   parser.add_argument('--train_steps', type=int, default=400)
   parser.add_argument('--checkpoint', default='best')
   parser.add_argument('--out', default=RESULTS_DIR)
-  parser.add_argument('--machine', default=measure.machine_name())
+  parser.add_argument('--machine', default='', help='results file name (default: the '
+                      'accelerator JAX uses, else the CPU kind)')
   args = parser.parse_args(argv)
   if not runs.saved_steps(args.workdir):
     train_run(args.workdir, args.train_steps)
@@ -113,12 +101,13 @@ def main(argv=None) -> dict:
       rows[name] = time_decoder(run, words, settings)
       rows[name]['command_s'] = round(time_command(args.workdir, words_file, settings), 2)
       print(name, rows[name], flush=True)
-  result = {'machine': args.machine, 'cpu': f'{cpu_model()}, {os.cpu_count()} cores',
+  machine = args.machine or measure.default_machine_name()
+  result = {'machine': machine, 'cpu': f'{measure.cpu_model_name()}, {os.cpu_count()} cores',
             'devices': f'{jax.device_count()} {jax.default_backend()} device(s)',
             'command': 'python -m benchmarks.decode_speed',
             'workdir': os.path.relpath(args.workdir, REPO),
             'step': run.step, 'words': len(words), 'rows': rows}
-  measure.write_result(os.path.join(args.out, f'decode_{args.machine}'), result, markdown(result))
+  measure.write_result(os.path.join(args.out, f'decode_{machine}'), result, markdown(result))
   print(markdown(result))
   return result
 

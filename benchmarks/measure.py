@@ -59,6 +59,33 @@ def isa_tag(flags: set[str]) -> str:
   return 'base'
 
 
+def cpu_model_name() -> str:
+  """`lscpu`'s model name (/proc/cpuinfo), e.g. 'AMD EPYC'."""
+  return _cpuinfo().get('model name') or platform.processor() or platform.machine()
+
+
+def _slug(name: str) -> str:
+  slug = re.sub(r'\((r|tm)\)', '', name.lower())
+  slug = re.sub(r'[^a-z0-9]+', '-', slug).strip('-')
+  return re.sub(r'-(processor|cpu)\b.*', '', slug)[:40] or 'machine'
+
+
+def accelerator_name() -> str | None:
+  """e.g. nvidia-h200-1gpu where JAX computes on a GPU/TPU; None on CPU (starts JAX: call it
+  after attnlab.parallel.tune_host_allocator)."""
+  import jax
+
+  backend = jax.default_backend()
+  if backend == 'cpu':
+    return None
+  return f'{_slug(jax.devices()[0].device_kind)}-{jax.device_count()}{backend}'
+
+
+def default_machine_name() -> str:
+  """The accelerator where JAX has one, else the CPU kind: the results file's name."""
+  return accelerator_name() or machine_name()
+
+
 def machine_name(cpuinfo: dict[str, str] | None = None, cpu_count: int | None = None) -> str:
   """A stable file name for this machine kind: CPU model, family/model, ISA and core count.
 
@@ -67,11 +94,7 @@ def machine_name(cpuinfo: dict[str, str] | None = None, cpu_count: int | None = 
   amd-epyc-f25m17-avx512-2cpu.
   """
   info = _cpuinfo() if cpuinfo is None else cpuinfo
-  model = info.get('model name') or platform.processor() or platform.machine()
-  slug = re.sub(r'\((r|tm)\)', '', model.lower())
-  slug = re.sub(r'[^a-z0-9]+', '-', slug).strip('-')
-  slug = re.sub(r'-(processor|cpu)\b.*', '', slug)[:40] or 'machine'
-  parts = [slug]
+  parts = [_slug(info.get('model name') or platform.processor() or platform.machine())]
   if 'cpu family' in info and 'model' in info:
     parts.append(f'f{info["cpu family"]}m{info["model"]}')
   if 'flags' in info:

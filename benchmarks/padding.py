@@ -223,16 +223,18 @@ def main(argv=None) -> dict:
   parser.add_argument('--rounds', type=int, default=3)
   parser.add_argument('--round_steps', type=int, default=50)
   parser.add_argument('--out', default=RESULTS_DIR)
-  parser.add_argument('--machine', default=measure.machine_name())
+  parser.add_argument('--machine', default='', help='results file name (default: the '
+                      'accelerator JAX uses, else the CPU kind)')
   args = parser.parse_args(argv)
   command = 'python -m benchmarks.padding' + (' --throughput' if args.throughput else '')
-  result = {'machine': args.machine, 'command': command, 'padding': {}}
+  result = {'command': command, 'padding': {}}
   if args.throughput:  # first: the allocator tuning must precede JAX's start
     result['throughput'] = throughput(args.throughput_buckets, args.rounds, args.round_steps)
   buckets = [int(k) for k in args.num_buckets.split(',')]
   for name in args.tasks.split(','):
     result['padding'][name] = padding_rows(name, buckets)
-  measure.write_result(os.path.join(args.out, f'padding_{args.machine}'), result,
+  result = {'machine': args.machine or measure.default_machine_name(), **result}
+  measure.write_result(os.path.join(args.out, f'padding_{result["machine"]}'), result,
                        markdown(result))
   print(markdown(result))
   return result

@@ -55,7 +55,8 @@ def markdown(result: dict) -> str:
   lines = [
     f'# attnlab benchmark: {result["machine"]}\n\n',
     f'Command: `{result["command"]}` ({result["wall_s"]:.0f} s; jax {result["versions"]["jax"]}, '
-    f'torch {result["versions"]["torch"]}; {result["cpu_count"]} CPU cores, load average '
+    f'torch {result["versions"]["torch"]}; attnlab on {result.get("backend", "cpu")}, PyTorch on '
+    f'cpu; {result["cpu_count"]} CPU cores, load average '
     f'{result["load_at_start"]} at start, {result["load_at_end"]} at end).\n\n',
     f'Float32 matmul peak (1024^3, best of 10): XLA {result["matmul_gflops"]["jax"]} GFLOP/s, '
     f'PyTorch {result["matmul_gflops"]["torch"]} GFLOP/s; MFU uses the larger.\n\n',

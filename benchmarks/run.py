@@ -159,7 +159,8 @@ def main(argv=None) -> dict:
     default='',
     help='results folder (default: benchmarks/results; quick runs write nothing unless given)',
   )
-  parser.add_argument('--machine', default=measure.machine_name())
+  parser.add_argument('--machine', default='', help='results file name (default: the '
+                      'accelerator JAX uses, else the CPU kind, e.g. amd-epyc-f25m17-avx512-2cpu)')
   parser.add_argument('--no-memory', action='store_true', help='skip the per-process peaks')
   parser.add_argument(
     '--default-allocator',
@@ -168,6 +169,7 @@ def main(argv=None) -> dict:
   )
   args = parser.parse_args(argv)
   tuned = False if args.default_allocator else tune_host_allocator()
+  machine = args.machine or measure.default_machine_name()
   s = _settings(args.quick)
   with_torch = torch is not None
   if not with_torch:
@@ -188,7 +190,8 @@ def main(argv=None) -> dict:
     + (' --quick' if args.quick else '')
     + (f' --only={args.only}' if args.only else '')
     + (' --default-allocator' if args.default_allocator else ''),
-    'machine': args.machine,
+    'machine': machine,
+    'backend': jax.default_backend(),  # attnlab's; the PyTorch reference runs on the CPU
     'allocator_tuned': tuned,
     'cpu_count': os.cpu_count(),
     'quick': args.quick,
@@ -218,7 +221,7 @@ def main(argv=None) -> dict:
   print(report.markdown(result))
   out = args.out or ('' if args.quick else RESULTS_DIR)
   if out:
-    base = os.path.join(out, args.machine)
+    base = os.path.join(out, machine)
     measure.write_result(base, result, report.markdown(result))
     print(f'wrote {base}.json and {base}.md')
   return result

@@ -61,3 +61,26 @@ def test_eight_devices_equal_one_device(kind):
 def test_batch_not_divisible_by_devices_is_rejected():
   with pytest.raises(ValueError, match='not divisible by the 8 devices'):
     DataParallel('pmap').check_batch_size(12)
+
+
+def test_host_allocator_tuned_only_for_cpu_runs(monkeypatch):
+  from attnlab import parallel
+
+  calls = []
+
+  class FakeLibc:
+    def mallopt(self, param, value):
+      calls.append((param, value))
+      return 1
+
+  monkeypatch.setattr(parallel.sys, 'platform', 'linux')
+  monkeypatch.setattr(parallel.ctypes, 'CDLL', lambda name: FakeLibc())
+  monkeypatch.setenv('JAX_PLATFORMS', 'cuda,cpu')
+  assert parallel.tune_host_allocator() is False and not calls  # GPU first: left alone
+  monkeypatch.setenv('JAX_PLATFORMS', 'cpu')
+  assert parallel.tune_host_allocator() is True and len(calls) == 3
+  monkeypatch.delenv('JAX_PLATFORMS')
+  monkeypatch.setattr(parallel.importlib.util, 'find_spec', lambda name: name == 'libtpu' or None)
+  assert parallel.will_run_on_cpu() is False  # a TPU plugin installed: JAX prefers the TPU
+  monkeypatch.setattr(parallel.importlib.util, 'find_spec', lambda name: None)
+  assert parallel.will_run_on_cpu() is True
