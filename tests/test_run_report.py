@@ -164,3 +164,24 @@ def test_missing_final_metrics_names_the_file(run_dir, tmp_path):
   with flagsaver.flagsaver(), pytest.raises(run_report.RunReportError, match='json not found'):
     run_report.main(flags.FLAGS(['run_report', str(run_dir), f'--out={out}']))
   assert not out.exists()
+
+
+def test_translation_reports_bleu_by_source_length_in_words(tmp_path):
+  # bleu_by_length replaces the exact-match table: whole verses are never matched exactly.
+  bleu = [
+    {'bucket': '0-9', 'count': 66, 'bleu': 26.3324},
+    {'bucket': '10-19', 'count': 0, 'bleu': 0.0},
+    {'bucket': '50+', 'count': 19, 'bleu': 35.1945},
+  ]
+  test = {'bleu': 31.47, 'by_length': TEST['by_length'], 'bleu_by_length': bleu}
+  assert run_report.length_table(test) == [
+    '| source length (words) | examples | bleu |',
+    '|---|---|---|',
+    '| 0-9 | 66 | 26.33 |',
+    '| 50+ | 19 | 35.19 |',
+  ]
+  lines, xlabel, ylabel = run_report._length_lines({'test': test, 'eval': test}, ['test', 'eval'])
+  assert (xlabel, ylabel) == ('source length (words)', 'BLEU')
+  assert [points for *_, points in lines] == [[('0-9', 26.3324), ('50+', 35.1945)]] * 2
+  assert run_report.plot_by_length(str(tmp_path / 'b.png'), {'test': test}, ['test'])
+  assert os.path.getsize(tmp_path / 'b.png') > 3000

@@ -225,7 +225,7 @@ def build_task(config: Any, books: Sequence[str] = ()) -> Task:
   t = config.task
   root = data_dir(config)
   wanted = builder_config(t.source_module, t.target_module, t.sword_path, books)
-  builder = tfds_tasks.prepared(Bible(config=wanted, data_dir=root))
+  builder = tfds_tasks.prepared(lambda: Bible(config=wanted, data_dir=root))
   fields = {k: k for k in ('source', 'target', 'ref')}
   splits, train = tfds_tasks.read_splits_and_train(builder, fields)
   cache = sentencepiece_vocab.cache_dir(root)

@@ -173,7 +173,7 @@ def build_task(config: Any, max_words: int = 0) -> Task:
   else:
     builder_config = name
   builder = tfds_tasks.prepared(
-    CmudictG2p(config=builder_config, data_dir=data_dir(config))
+    lambda: CmudictG2p(config=builder_config, data_dir=data_dir(config))
   )
   fields = {k: k for k in ('source', 'target', 'references')}
   splits, train = tfds_tasks.read_splits_and_train(builder, fields)

@@ -191,7 +191,7 @@ def build_task(config: Any) -> Task:
   # TFDS takes a listed config by name, and an instance only for other sizes.
   listed = wanted.name in {c.name for c in Dates.BUILDER_CONFIGS}
   builder = tfds_tasks.prepared(
-    Dates(config=wanted.name if listed else wanted, data_dir=data_dir(config))
+    lambda: Dates(config=wanted.name if listed else wanted, data_dir=data_dir(config))
   )
   fields = {k: k for k in ('source', 'target', 'locale', 'format')}
   splits, train = tfds_tasks.read_splits_and_train(builder, fields)

@@ -13,7 +13,12 @@ tf.train.Example proto, 5x faster than TFDS's generic numpy decoding (50k dates:
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import io
+import logging
+import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -104,10 +109,36 @@ class TfdsSplit:
     return self._columns[key]
 
 
-def prepared(builder: tfds.core.DatasetBuilder) -> tfds.core.DatasetBuilder:
-  """Prepares `builder` as array_record if its files are not there yet."""
-  builder.download_and_prepare(file_format='array_record')
+def prepared(make_builder: Callable[[], tfds.core.DatasetBuilder]) -> tfds.core.DatasetBuilder:
+  """`make_builder()`, prepared as array_record if its files are not there yet.
+
+  TFDS's notes (custom configurations, progress bars, "Downloading and preparing") go to the
+  run's log file; a first preparation says so in two lines on stderr instead.
+  """
+  from attnlab import console  # the entry points' logging set-up, imported only when needed
+
+  with console.library_detail_to_log_file(), contextlib.redirect_stdout(_TfdsPrints()):
+    builder = make_builder()
+    if builder.is_prepared():
+      return builder
+    print(f'preparing {builder.info.full_name} (first use) in {builder.data_dir}',
+          file=sys.stderr, flush=True)
+    started = time.time()
+    tfds.disable_progress_bar()
+    builder.download_and_prepare(file_format='array_record')
+  splits = ', '.join(f'{name} {info.num_examples:,}' for name, info in builder.info.splits.items())
+  print(f'prepared {builder.name} in {time.time() - started:.0f} s: {splits}', file=sys.stderr,
+        flush=True)
   return builder
+
+
+class _TfdsPrints(io.StringIO):
+  """What TFDS prints to stdout while preparing, as log records instead."""
+
+  def write(self, text: str) -> int:
+    if text.strip():
+      logging.getLogger('tensorflow_datasets').info(text.strip())
+    return len(text)
 
 
 def read_splits(

@@ -43,7 +43,7 @@ def build_task(config: Any) -> Task:
       f'WMT14 has no pair {src}->{tgt}; choose a direction of {", ".join(sorted(available))}'
     )
   root = data_dir(config)
-  builder = tfds_tasks.prepared(tfds.builder(f'wmt14_translate/{pair}', data_dir=root))
+  builder = tfds_tasks.prepared(lambda: tfds.builder(f'wmt14_translate/{pair}', data_dir=root))
   splits, train = tfds_tasks.read_splits_and_train(builder, {src: 'source', tgt: 'target'})
   cache = sentencepiece_vocab.cache_dir(root)
   source_vocab, target_vocab = (

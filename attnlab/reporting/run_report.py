@@ -85,7 +85,13 @@ def metrics_table(final: dict, splits: list[str]) -> list[str]:
 
 
 def length_table(metrics: dict) -> list[str]:
-  """Sequence accuracy (by_length) and WER (wer_by_length) per non-empty source-length bucket."""
+  """Per non-empty source-length bucket: BLEU (bleu_by_length, buckets in words: translation;
+  Bahdanau et al. 2015, Fig. 2), else sequence accuracy (by_length) and WER (wer_by_length) in
+  tokens. Exact match says nothing about translations of whole verses, so BLEU replaces it."""
+  if metrics.get('bleu_by_length'):
+    rows = [[b['bucket'], f'{b["count"]:,}', f'{b["bleu"]:.2f}']
+            for b in metrics['bleu_by_length'] if b.get('count')]
+    return _table(['source length (words)', 'examples', 'bleu'], rows) if rows else []
   series = [
     (label, metrics.get(key))
     for key, label in (('by_length', 'sequence_accuracy'), ('wer_by_length', 'wer'))
@@ -111,9 +117,16 @@ def group_table(final: dict, splits: list[str], key: str, name: str) -> list[str
   return _table([name] + [f'{s} accuracy' for s in per_split], rows) if rows else []
 
 
-def plot_by_length(path: str, final: dict, splits: list[str]) -> bool:
-  """Sequence accuracy (solid) and 1 - WER (dashed) per source-length bucket and split."""
-  lines = []  # (split, style, label, [(bucket, value)])
+def _length_lines(final: dict, splits: list[str]) -> tuple[list, str, str]:
+  """(split, style, label, [(bucket, value)]) per curve, the x and the y axis labels."""
+  lines = []
+  if any(final[s].get('bleu_by_length') for s in splits):
+    for s in splits:
+      points = [(b['bucket'], b['bleu']) for b in final[s].get('bleu_by_length') or []
+                if b.get('count')]
+      if points:
+        lines.append((s, '-', f'{s} BLEU', points))
+    return lines, 'source length (words)', 'BLEU'
   for s in splits:
     for key, style, label, value in (
       ('by_length', '-', 'sequence accuracy', lambda m: m),
@@ -123,6 +136,13 @@ def plot_by_length(path: str, final: dict, splits: list[str]) -> bool:
       points = [(b['bucket'], value(b['mean'])) for b in buckets]
       if points:
         lines.append((s, style, f'{s} {label}', points))
+  return lines, 'source length (tokens)', 'accuracy'
+
+
+def plot_by_length(path: str, final: dict, splits: list[str]) -> bool:
+  """BLEU per source-length bucket in words (translation), else sequence accuracy (solid) and
+  1 - WER (dashed) per bucket in tokens, one colour per split."""
+  lines, xlabel, ylabel = _length_lines(final, splits)
   if not lines:
     return False
   buckets = sorted({b for *_, points in lines for b, _ in points}, key=report_plots.bucket_start)
@@ -134,9 +154,12 @@ def plot_by_length(path: str, final: dict, splits: list[str]) -> bool:
     ax.plot(xs, [v for _, v in points], style, marker='o', color=colors[split], label=label)
   ax.set_xticks(np.arange(len(buckets)))
   ax.set_xticklabels(buckets)
-  ax.set_xlabel('source length (tokens)')
-  ax.set_ylabel('accuracy')
-  ax.set_ylim(-0.02, 1.02)
+  ax.set_xlabel(xlabel)
+  ax.set_ylabel(ylabel)
+  if ylabel == 'accuracy':
+    ax.set_ylim(-0.02, 1.02)
+  else:
+    ax.set_ylim(bottom=0)
   ax.legend(fontsize=8)
   report_plots.save_figure(fig, path)
   return True
@@ -200,7 +223,8 @@ def plots(out: str, result, task: str, splits: list[str]) -> list[str]:
   """Writes by_length.png, learning_curve.png and attention/; returns their markdown."""
   lines = ['', '## Plots']
   if plot_by_length(os.path.join(out, 'by_length.png'), result.final, splits):
-    lines += ['', '![accuracy by source length](by_length.png)']
+    what = 'BLEU' if any(result.final[s].get('bleu_by_length') for s in splits) else 'accuracy'
+    lines += ['', f'![{what} by source length](by_length.png)']
   variant = report.Variant(task, task, {}, [result])  # the sweep report's curves, one trial
   metric = report_stats.primary_metric([variant], 'auto')
   if report_plots.plot_curves(os.path.join(out, 'learning_curve.png'), [variant], metric):
