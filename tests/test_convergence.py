@@ -5,6 +5,7 @@ metric's direction) at the last evaluation, minus the one at the last evaluation
 0.75 x the last step, in points (x100 for fractions such as WER; BLEU as stored).
 """
 
+import dataclasses
 import json
 import os
 
@@ -282,3 +283,16 @@ def test_the_curves_plot_draws_every_trial_and_its_selected_step(tmp_path, monke
   legend = [t.get_text() for t in dev_ax.get_legend().get_texts()]
   assert legend == ['timing=luong', 'timing=bahdanau', 'timing=none']
   assert len(loss_ax.lines) == 3  # training loss: one mean line per variant
+
+
+def test_one_run_curves_speak_of_one_run(tmp_path, monkeypatch):
+  root = make_sweep(str(tmp_path))
+  _, groups = report.collect(root)
+  (variants,) = groups.values()
+  one = dataclasses.replace(variants[0], results=variants[0].finished[:1])
+  figures = []
+  monkeypatch.setattr(plots, 'save_figure', lambda fig, path: figures.append(fig))
+  assert plots.plot_curves(str(tmp_path / 'c.png'), [one], 'sequence_accuracy')
+  loss_ax, dev_ax = figures[0].axes
+  assert loss_ax.get_title() == 'training loss'
+  assert dev_ax.get_title() == 'dev sequence_accuracy (dot: selected step; shaded: last quarter)'

@@ -158,11 +158,14 @@ def plot_curves(path: str, variants: Sequence, metric: str) -> bool:
         value_at = dict(curve)
         if selected in value_at:  # the selected (best dev) step
           axes['dev'].plot([selected], [value_at[selected]], 'o', color=colour, mec='black', ms=6)
-  dev_title = f'{convergence.DEV} {dev_metric}, every trial (dot: selected step'
+  single = sum(len(v.finished) for v in variants) == 1  # one run (a run report): no seeds
+  dev_title = f'{convergence.DEV} {dev_metric}' + ('' if single else ', every trial')
+  dev_title += ' (dot: selected step'
   if 'dev' in axes and last:  # the window convergence is judged on (reporting/convergence.py)
     axes['dev'].axvspan((1 - convergence.LAST_FRACTION) * last, last, color='0.92', zorder=0)
     dev_title += '; shaded: last quarter'
-  titles = {'loss': 'training loss (mean over seeds)', 'dev': dev_title + ')'}
+  loss_title = 'training loss' + ('' if single else ' (mean over seeds)')
+  titles = {'loss': loss_title, 'dev': dev_title + ')'}
   for kind, ax in axes.items():
     ax.set_xlabel('step')
     ax.set_title(titles[kind], fontsize=9)
