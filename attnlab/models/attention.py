@@ -22,6 +22,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from attnlab.models import matmul
 from attnlab.models.dropout import Dropout
 
 Dtype = Any
@@ -50,7 +51,9 @@ def masked_softmax(scores_BxTxS, mask):
 
 def weighted_sum(weights_BxTxS, values_BxSxH):
   """c_t = sum_i a_ti v_i, in the values' dtype."""
-  return jnp.einsum('...ts,...sh->...th', weights_BxTxS.astype(values_BxSxH.dtype), values_BxSxH)
+  return matmul.einsum(
+    '...ts,...sh->...th', weights_BxTxS.astype(values_BxSxH.dtype), values_BxSxH
+  )
 
 
 def attend(scores_BxTxS, mask, values_BxSxH):
@@ -110,7 +113,7 @@ class LocalWindow(nn.Module):
       return window_mask(centre_BxT, self.radius, num_keys), None
     if lengths_B is None:
       raise ValueError('window local_p needs lengths_B (the unpadded source lengths)')
-    dense = functools.partial(nn.Dense, use_bias=False, dtype=self.dtype)
+    dense = functools.partial(matmul.Dense, use_bias=False, dtype=self.dtype)
     hidden_BxTxH = jnp.tanh(dense(q_BxTxH.shape[-1], name='w_p')(q_BxTxH))
     logit_BxT = dense(1, name='v_p')(hidden_BxTxH)[..., 0].astype(jnp.float32)
     centre_BxT = lengths_B.astype(jnp.float32)[:, None] * jax.nn.sigmoid(logit_BxT)
@@ -208,7 +211,7 @@ class MultiHeadAttention(nn.Module):
       raise ValueError(f'num_heads={self.num_heads} does not divide hidden_size={self.hidden_size}')
     head_dim = self.hidden_size // self.num_heads
     dense = functools.partial(
-      nn.DenseGeneral,
+      matmul.DenseGeneral,
       features=(self.num_heads, head_dim),
       axis=-1,
       dtype=self.dtype,
@@ -217,7 +220,7 @@ class MultiHeadAttention(nn.Module):
     self.query = dense()
     self.key = dense()
     self.value = dense()
-    self.out = nn.DenseGeneral(
+    self.out = matmul.DenseGeneral(
       features=self.hidden_size, axis=(-2, -1), dtype=self.dtype, use_bias=self.use_bias
     )
     self.dropout = Dropout(rate=self.dropout_rate)
@@ -236,7 +239,9 @@ class MultiHeadAttention(nn.Module):
     q_BxTxNxD = self.query(q_BxTxH)
     # Scale the queries (TxD) rather than the scores (TxS): same result, less work.
     q_BxTxNxD = q_BxTxNxD / jnp.asarray(math.sqrt(q_BxTxNxD.shape[-1]), q_BxTxNxD.dtype)
-    scores_BxNxTxS = jnp.einsum('btnd,bsnd->bnts', q_BxTxNxD, k_BxSxNxD)
+    scores_BxNxTxS = matmul.einsum(
+      'btnd,bsnd->bnts', q_BxTxNxD, k_BxSxNxD, out_dtype=jnp.float32
+    )
     return masked_softmax(scores_BxNxTxS, mask)
 
   def attend_projected(self, q_BxTxH, k_BxSxNxD, v_BxSxNxD, mask=None, *, deterministic=True,

@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 
 from attnlab.config import ModelConfig, check_choice
-from attnlab.models import attention, recurrent, scoring
+from attnlab.models import attention, matmul, recurrent, scoring
 
 # model.attention.timing: when the decoder attends (DecoderCell.core implements each).
 TIMINGS = ('bahdanau', 'luong', 'none')
@@ -83,8 +83,8 @@ class DecoderCell(nn.Module):
       )
       if att.window != 'global':
         self.window = attention.LocalWindow(att.window, att.window_radius, dtype)
-    self.w_c = nn.Dense(H, use_bias=False, dtype=dtype)
-    self.w_o = nn.Dense(self.vocab_size, dtype=dtype)
+    self.w_c = matmul.Dense(H, use_bias=False, dtype=dtype)
+    self.w_o = matmul.Dense(self.vocab_size, dtype=dtype)
     self.dropout = nn.Dropout(cfg.dropout)
 
   def project_memory(self, enc_BxSxH: jax.Array) -> Memory:

@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 
 from attnlab.config import ModelConfig, check_choice
-from attnlab.models import PAD_ID, recurrent
+from attnlab.models import PAD_ID, matmul, recurrent
 
 BRIDGES = ('dense', 'copy', 'zero')  # model.bridge (Bridge)
 
@@ -133,7 +133,7 @@ class Bridge(nn.Module):
         parts = ('c', 'h') if len(leaves) == 2 else ('h',)
         dense = [
           jnp.tanh(
-            nn.Dense(cfg.hidden_size, use_bias=False, dtype=dtype, name=f'{part}_{layer}')(leaf)
+            matmul.Dense(cfg.hidden_size, use_bias=False, dtype=dtype, name=f'{part}_{layer}')(leaf)
           )
           for part, leaf in zip(parts, leaves, strict=True)
         ]

@@ -15,7 +15,8 @@ NumPy references in the tests read the same names. Gate equations are flax's:
   GRU   r, z = sigmoid(x W_i + b_i + h W_h);  n = tanh(x W_in + b_in + r (h W_hn + b_hn));
         h' = (1 - z) n + z h
 
-Matmuls run in the compute dtype; the carry keeps the dtype it is given (float32 in attnlab).
+Matmuls take operands in the compute dtype and sum in float32 (models/matmul.py); the carry
+keeps the dtype it is given (float32 in attnlab).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import jax
 import jax.numpy as jnp
 
 from attnlab.config import check_choice
+from attnlab.models import matmul
 
 CELLS = ('lstm', 'gru')  # model.cell (CellParams)
 GATES = {'lstm': 'ifgo', 'gru': 'rzn'}
@@ -92,7 +94,7 @@ class CellParams(nn.Module):
 
 def input_gates(kernels: CellKernels, x_BxTxI: jax.Array, dtype) -> jax.Array:
   """x W_i (+ b_i) for every step at once: ...xI -> ...xGH in `dtype`."""
-  gates = jnp.einsum('...i,ig->...g', x_BxTxI.astype(dtype), kernels.w_i.astype(dtype))
+  gates = matmul.einsum('...i,ig->...g', x_BxTxI.astype(dtype), kernels.w_i.astype(dtype))
   if kernels.b_i is not None:
     gates = gates + kernels.b_i.astype(dtype).reshape((1,) * (gates.ndim - 1) + (-1,))
   return gates
@@ -101,7 +103,7 @@ def input_gates(kernels: CellKernels, x_BxTxI: jax.Array, dtype) -> jax.Array:
 def _recurrent_matmul(w_h, h_BxH, extra_BxK, dtype):
   """h W_h, or [extra; h] [W_x; W_h] when the step has an extra input (one larger matmul)."""
   x = h_BxH if extra_BxK is None else jnp.concatenate([extra_BxK.astype(h_BxH.dtype), h_BxH], -1)
-  return jnp.dot(x.astype(dtype), w_h.astype(dtype))
+  return matmul.dot(x.astype(dtype), w_h.astype(dtype))
 
 
 def lstm_step(w_h, b_h, carry: Carry, gx_BxG: jax.Array, dtype, extra_BxK=None) -> Carry:
@@ -116,9 +118,9 @@ def lstm_step(w_h, b_h, carry: Carry, gx_BxG: jax.Array, dtype, extra_BxK=None) 
 def gru_step(w_h, b_h, h_BxH: jax.Array, gx_BxG: jax.Array, dtype, extra_BxK=None) -> jax.Array:
   if extra_BxK is not None:  # the extra input feeds all three gates, not only r and z
     K = extra_BxK.shape[-1]
-    gx_BxG = gx_BxG + jnp.dot(extra_BxK.astype(dtype), w_h[:K].astype(dtype))
+    gx_BxG = gx_BxG + matmul.dot(extra_BxK.astype(dtype), w_h[:K].astype(dtype))
     w_h = w_h[K:]
-  gh_BxG = jnp.dot(h_BxH.astype(dtype), w_h.astype(dtype)) + b_h.astype(dtype)[None, :]
+  gh_BxG = matmul.dot(h_BxH.astype(dtype), w_h.astype(dtype)) + b_h.astype(dtype)[None, :]
   x_r, x_z, x_n = jnp.split(gx_BxG, 3, axis=-1)
   h_r, h_z, h_n = jnp.split(gh_BxG, 3, axis=-1)
   r, z = jax.nn.sigmoid(x_r + h_r), jax.nn.sigmoid(x_z + h_z)

@@ -7,8 +7,9 @@ Every score is a linen Module with two entry points:
 
 Work that depends only on the source (W_a h for `general`, W_k h for `concat`) lives in
 `project_keys`, so a decoder computes it once and passes the keys in; nothing is cached on
-`self`. Matmuls run in the compute `dtype` (float32 or bfloat16), parameters stay float32 and
-scores are returned as float32 so the softmax in `attention.attend` is always float32.
+`self`. Matmuls take operands in the compute `dtype` (float32 or bfloat16) and sum in float32
+(models/matmul.py), parameters stay float32 and scores are returned as float32 (never rounded
+to bf16) so the softmax in `attention.attend` is always float32.
 
   dot         q . h
   scaled_dot  q . h / sqrt(H)
@@ -33,6 +34,8 @@ from typing import Any
 import flax.linen as nn
 import jax.numpy as jnp
 
+from attnlab.models import matmul
+
 Dtype = Any
 
 
@@ -55,10 +58,10 @@ class DotScore(nn.Module):
     return None
 
   def _dot(self, q_BxTxK, keys_BxSxK):
-    scores_BxTxS = jnp.einsum(
-      'btk,bsk->bts', q_BxTxK.astype(self.dtype), keys_BxSxK.astype(self.dtype)
+    return matmul.einsum(
+      'btk,bsk->bts', q_BxTxK.astype(self.dtype), keys_BxSxK.astype(self.dtype),
+      out_dtype=jnp.float32,
     )
-    return scores_BxTxS.astype(jnp.float32)
 
   def __call__(self, q_BxTxH, keys_BxSxK):
     return self._dot(q_BxTxH, keys_BxSxK)
@@ -76,7 +79,7 @@ class GeneralScore(DotScore):
   """e_ti = q_t^T W_a h_i; W_a h_i is the key, computed once per source sequence."""
 
   def setup(self):
-    self.w_a = nn.Dense(self.hidden_size, use_bias=False, dtype=self.dtype)
+    self.w_a = matmul.Dense(self.hidden_size, use_bias=False, dtype=self.dtype)
 
   def project_keys(self, enc_BxSxH):
     return self.w_a(enc_BxSxH)
@@ -95,7 +98,7 @@ class ConcatScore(DotScore):
   query_bias: bool = False
 
   def setup(self):
-    dense = lambda features, bias=False: nn.Dense(features, use_bias=bias, dtype=self.dtype)
+    dense = lambda features, bias=False: matmul.Dense(features, use_bias=bias, dtype=self.dtype)
     self.w_q = dense(self.hidden_size, self.query_bias)
     self.w_k = dense(self.hidden_size)
     self.v = dense(1)
@@ -122,7 +125,7 @@ class LocationScore(DotScore):
   def setup(self):
     if self.max_source_length <= 0:
       raise ValueError(f'location score needs max_source_length > 0 (got {self.max_source_length})')
-    self.w_a = nn.Dense(self.max_source_length, use_bias=False, dtype=self.dtype)
+    self.w_a = matmul.Dense(self.max_source_length, use_bias=False, dtype=self.dtype)
 
   def addressable_keys(self, num_keys: int):
     return jnp.arange(num_keys) < self.max_source_length

@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from attnlab.config import ModelConfig, check_choice
-from attnlab.models import PAD_ID
+from attnlab.models import PAD_ID, matmul
 from attnlab.models import attention as attn_lib
 from attnlab.models.dropout import Dropout
 
@@ -60,9 +60,9 @@ class FeedForward(nn.Module):
 
   @nn.compact
   def __call__(self, x_BxTxH, *, deterministic: bool):
-    h_BxTxF = nn.relu(nn.Dense(self.mlp_dim, dtype=self.dtype, name='wi')(x_BxTxH))
+    h_BxTxF = nn.relu(matmul.Dense(self.mlp_dim, dtype=self.dtype, name='wi')(x_BxTxH))
     h_BxTxF = Dropout(self.dropout)(h_BxTxF, deterministic=deterministic)
-    return nn.Dense(self.hidden_size, dtype=self.dtype, name='wo')(h_BxTxF)
+    return matmul.Dense(self.hidden_size, dtype=self.dtype, name='wo')(h_BxTxF)
 
 
 class _Block(nn.Module):
@@ -196,7 +196,7 @@ class Transformer(nn.Module):
     if tc.norm == 'pre':
       self.enc_final_ln = nn.LayerNorm(dtype=self.dtype)
       self.dec_final_ln = nn.LayerNorm(dtype=self.dtype)
-    self.logits_dense = nn.Dense(self.target_vocab_size, dtype=self.dtype)
+    self.logits_dense = matmul.Dense(self.target_vocab_size, dtype=self.dtype)
     self.embed_dropout = Dropout(c.dropout)
 
   def _check_length(self, length: int, what: str):

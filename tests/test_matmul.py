@@ -1,0 +1,116 @@
+"""models/matmul.py: bfloat16 operands, float32 accumulation, in every matmul of every model.
+
+The rule (benchmarks/OPTIMISATIONS.md, lever 2): with `model.dtype=bfloat16` each product is
+summed in float32 and rounded once, so a dot of bf16 operands equals the float32 dot of the
+same (bf16-valued) numbers, rounded to bf16. The lowered training step of each model family
+must hold no bf16 x bf16 -> bf16 dot, forward or backward: XLA:CPU has no kernel for those and
+wraps each in converts to float32.
+"""
+
+import re
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from conftest import model_config
+
+from attnlab.models import matmul
+from attnlab.models.factory import build_model
+
+# `stablehlo.dot_general %a, %b, ... : (tensor<2x3xbf16>, tensor<3x4xbf16>) -> tensor<2x4xf32>`
+DOT_TYPES = re.compile(
+  r'stablehlo\.dot_general.*:\s*\(tensor<[^>]*x(\w+)>, tensor<[^>]*x(\w+)>\)\s*->\s*'
+  r'tensor<[^>]*x(\w+)>'
+)
+
+
+def _bf16(key, shape):
+  return jax.random.normal(jax.random.key(key), shape).astype(jnp.bfloat16)
+
+
+def _f32_dot_rounded(a, b):
+  """The hand-derived result: exact products of the bf16 values summed in float64, rounded."""
+  exact = np.asarray(a, np.float64) @ np.asarray(b, np.float64)
+  return jnp.asarray(exact, jnp.float32).astype(jnp.bfloat16)
+
+
+def test_dot_of_bfloat16_operands_is_the_float32_sum_rounded_once():
+  # K = 2048: summing in bf16 (8 mantissa bits) would drift by many ulps of the result.
+  a, b = _bf16(0, (16, 2048)), _bf16(1, (2048, 8))
+  got = matmul.dot(a, b)
+  assert got.dtype == jnp.bfloat16
+  want = _f32_dot_rounded(a, b)
+  # float32 summation order may differ from float64's by far less than one bf16 ulp.
+  np.testing.assert_allclose(
+    np.asarray(got, np.float32), np.asarray(want, np.float32), rtol=2**-8, atol=1e-6
+  )
+
+
+def test_out_dtype_keeps_the_float32_sum_unrounded():
+  a, b = _bf16(2, (4, 512)), _bf16(3, (6, 512))
+  got = matmul.einsum('ik,jk->ij', a, b, out_dtype=jnp.float32)
+  assert got.dtype == jnp.float32
+  exact = np.asarray(a, np.float64) @ np.asarray(b, np.float64).T
+  np.testing.assert_allclose(got, exact, rtol=1e-5, atol=1e-4)
+
+
+def test_float32_operands_give_exactly_the_plain_matmul():
+  a = jax.random.normal(jax.random.key(4), (5, 7, 9))
+  b = jax.random.normal(jax.random.key(5), (9, 3))
+  np.testing.assert_array_equal(matmul.einsum('btk,kh->bth', a, b), jnp.einsum('btk,kh->bth', a, b))
+  np.testing.assert_array_equal(matmul.dot(a, b), jnp.dot(a, b))
+  dense = matmul.Dense(3)
+  variables = dense.init(jax.random.key(6), a)
+  np.testing.assert_array_equal(dense.apply(variables, a), nn.Dense(3).apply(variables, a))
+
+
+SRC = np.array([[4, 5, 6, 7, 2], [8, 9, 2, 0, 0]], np.int32)
+TGT_IN = np.array([[1, 6, 7, 8], [1, 9, 10, 0]], np.int32)
+TGT_OUT = np.array([[6, 7, 8, 2], [9, 10, 2, 0]], np.int32)
+V = 12
+
+FAMILIES = {
+  'luong-general-feed': dict(attention=dict(score='general', timing='luong', input_feeding=True)),
+  'luong-dot-all-steps': dict(attention=dict(score='dot', timing='luong', input_feeding=False)),
+  'bahdanau-concat': dict(attention=dict(score='concat', timing='bahdanau', input_feeding=False)),
+  'multi-head': dict(attention=dict(score='scaled_dot', num_heads=2)),
+  'transformer': dict(
+    kind='transformer', transformer=dict(num_heads=2, mlp_dim=16, max_length=8)
+  ),
+}
+
+
+def _loss_and_grad(family: str, dtype: str):
+  """A jitted loss-and-gradient function of one model family, and its float32 parameters."""
+  fields = dict(FAMILIES[family])
+  config = model_config(hidden_size=8, embed_dim=6, dropout=0.0, dtype=dtype, **fields)
+  model = build_model(config, V, V)
+  params = model.init(jax.random.key(0), SRC, TGT_IN)['params']
+
+  def loss(params):
+    logits = model.apply({'params': params}, SRC, TGT_IN)
+    return optax.softmax_cross_entropy_with_integer_labels(logits, TGT_OUT).mean()
+
+  return jax.jit(jax.value_and_grad(loss)), params
+
+
+@pytest.mark.parametrize('family', sorted(FAMILIES))
+def test_bfloat16_training_step_has_no_bfloat16_accumulating_dot(family):
+  step, params = _loss_and_grad(family, 'bfloat16')
+  dots = DOT_TYPES.findall(step.lower(params).as_text())  # forward and backward, not compiled
+  bf16_dots = [d for d in dots if d[:2] == ('bf16', 'bf16')]
+  assert bf16_dots, 'the bf16 model should compute its matmuls on bf16 operands'
+  assert all(out == 'f32' for _, _, out in bf16_dots), sorted(set(dots))
+
+
+def test_bfloat16_training_step_runs_and_tracks_float32():
+  low_step, params = _loss_and_grad('luong-general-feed', 'bfloat16')
+  full_step, _ = _loss_and_grad('luong-general-feed', 'float32')
+  (low_loss, low_grads), (full_loss, full_grads) = low_step(params), full_step(params)
+  assert abs(float(low_loss) - float(full_loss)) < 0.02 * float(full_loss)
+  for low, full in zip(jax.tree.leaves(low_grads), jax.tree.leaves(full_grads), strict=True):
+    assert low.dtype == jnp.float32
+    np.testing.assert_allclose(low, full, rtol=0.1, atol=0.02)
