@@ -249,7 +249,7 @@ class DataConfig:
 
 
 OPTIMIZERS = ('adam', 'adamw')
-SCHEDULES = ('constant', 'cosine', 'linear', 'rsqrt')
+SCHEDULES = ('constant', 'cosine', 'linear', 'rsqrt', 'plateau')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -259,6 +259,8 @@ class OptimConfig:
   warmup_steps: int
   schedule: str
   end_lr_fraction: float
+  plateau_factor: float
+  plateau_patience: int
   weight_decay: float
   b1: float
   b2: float
@@ -269,6 +271,10 @@ class OptimConfig:
     check_choice(f'{prefix}.name', self.name, OPTIMIZERS)
     check_choice(f'{prefix}.schedule', self.schedule, SCHEDULES)
     _check_positive(f'{prefix}.warmup_steps', self.warmup_steps, allow_zero=True)
+    _check_positive(f'{prefix}.plateau_patience', self.plateau_patience)
+    if not (isinstance(self.plateau_factor, int | float) and 0 < self.plateau_factor < 1):
+      raise ConfigError(f'{prefix}.plateau_factor={self.plateau_factor!r} must be in (0, 1): '
+                        'the learning rate is multiplied by it on a plateau')
     if not (isinstance(self.learning_rate, int | float) and 0 < self.learning_rate < math.inf):
       raise ConfigError(f'{prefix}.learning_rate={self.learning_rate!r} must be a finite number '
                         '> 0')
@@ -354,6 +360,15 @@ class RunConfig:
 
   def validate(self, prefix: str = '') -> None:
     del prefix  # cross-group checks name their keys in full
+    if self.optim.schedule == 'plateau':
+      if 'eval' not in self.eval.splits:
+        raise ConfigError('optim.schedule=plateau cuts the learning rate when the eval split '
+                          f'stops improving; eval.splits={list(self.eval.splits)} has no eval')
+      if 0 < self.train.patience <= self.optim.plateau_patience:
+        raise ConfigError(
+            f'train.patience={self.train.patience} would stop the run before '
+            f'optim.plateau_patience={self.optim.plateau_patience} evaluations cut the learning '
+            f'rate; set train.patience > {self.optim.plateau_patience} (or 0 = never stop)')
     if self.model.attention.score == 'location':
       need = self.data.max_source_length
       if self.model.attention.max_source_length < need:

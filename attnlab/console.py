@@ -141,11 +141,17 @@ def start_summary(cfg, *, num_params: int, num_devices: int, workdir: str, log: 
     batch = f'~{cfg.data.tokens_per_batch} tokens ({cfg.data.num_buckets} padded shapes)'
   else:
     batch = f'{cfg.data.global_batch_size} examples'
+  regularise = f'dropout {m.dropout:g}' if m.dropout else 'no dropout'
+  if t.label_smoothing:
+    regularise += f', label smoothing {t.label_smoothing:g}'
+  schedule = o.schedule
+  if o.schedule == 'plateau':
+    schedule = f'x{o.plateau_factor:g} after {o.plateau_patience} evaluations without improvement'
   lines = [
-    f'{cfg.task.name}: {model}, H={m.hidden_size}; {num_params:,} parameters on {num_devices} '
-    f'device(s)',
+    f'{cfg.task.name}: {model}, H={m.hidden_size}, {regularise}; {num_params:,} parameters on '
+    f'{num_devices} device(s)',
     f'{t.num_steps} steps of {batch}, {o.name} lr {o.learning_rate:g}'
-    f' ({o.schedule}, warmup {o.warmup_steps}); eval every {t.eval_every} steps; {select}',
+    f' ({schedule}, warmup {o.warmup_steps}); eval every {t.eval_every} steps; {select}',
     f'run directory {workdir} (library logs: {log})',
   ]
   if filtered:

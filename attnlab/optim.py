@@ -13,23 +13,75 @@ Schedule (peak = learning_rate, W = warmup_steps, N = num_steps, f = end_lr_frac
                    cosine    peak * (f + (1 - f) * (1 + cos(pi * p)) / 2)
                    linear    peak * (1 - (1 - f) * p)
                    rsqrt     peak * sqrt(max(W, 1) / max(step, 1))
+                   plateau   peak * scale
     where p = clip((step - W) / max(N - W, 1), 0, 1), so cosine and linear reach f * peak at N
     and stay there.
 
 With W = 0 the warmup is skipped (rsqrt then decays as peak / sqrt(step) from step 1).
+
+`plateau` (reduce on plateau, as Bahdanau et al. 2015 and Luong et al. 2015 trained and
+Joey NMT / OpenNMT-py offer): `scale` starts at 1 and is multiplied by `plateau_factor` each
+time the eval metric has not improved for `plateau_patience` evaluations (attnlab.selection
+decides, attnlab.train applies it). The scale is part of the optimiser state (the last link of
+the chain, `LrScaleState`), so checkpoints carry it and a resumed run continues at the same
+learning rate; warmup still multiplies it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import NamedTuple
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from attnlab.config import ConfigError, OptimConfig, from_group
 
 Schedule = Callable[[jnp.ndarray | int], jnp.ndarray]
+
+
+class LrScaleState(NamedTuple):
+  """The plateau schedule's learning-rate multiplier (float32 scalar), set by the host."""
+
+  scale: jnp.ndarray
+
+
+def scale_by_lr_scale() -> optax.GradientTransformation:
+  """Multiplies every update by the `LrScaleState.scale` in its state (1 at init)."""
+
+  def init(params):
+    del params
+    return LrScaleState(scale=jnp.ones([], jnp.float32))
+
+  def update(updates, state, params=None):
+    del params
+    return jax.tree.map(lambda u: u * state.scale.astype(u.dtype), updates), state
+
+  return optax.GradientTransformation(init, update)
+
+
+def _lr_scale_states(opt_state) -> list[LrScaleState]:
+  is_scale = lambda x: isinstance(x, LrScaleState)
+  return [x for x in jax.tree.leaves(opt_state, is_leaf=is_scale) if is_scale(x)]
+
+
+def lr_scale(opt_state) -> float | None:
+  """The plateau multiplier in an optimiser state (host or device), None without one."""
+  found = _lr_scale_states(opt_state)
+  return float(np.asarray(found[0].scale).reshape(-1)[0]) if found else None
+
+
+def with_lr_scale(opt_state, value: float):
+  """`opt_state` (host arrays) with the plateau multiplier set to `value`."""
+  if not _lr_scale_states(opt_state):
+    raise ValueError('this optimiser state has no learning-rate scale (optim.schedule != plateau)')
+  is_scale = lambda x: isinstance(x, LrScaleState)
+  return jax.tree.map(
+    lambda x: LrScaleState(np.full_like(np.asarray(x.scale), value)) if is_scale(x) else x,
+    opt_state, is_leaf=is_scale)
 
 
 def parse_optim(optim_cfg) -> OptimConfig:
@@ -75,7 +127,7 @@ def make_schedule(optim_cfg, num_steps: int) -> Schedule:
   def schedule(step):
     step = jnp.asarray(step, jnp.float32)
     progress = jnp.clip((step - warmup) / decay_steps, 0.0, 1.0)
-    if kind == 'constant':
+    if kind in ('constant', 'plateau'):  # plateau: the cuts are LrScaleState's
       after = jnp.full_like(step, peak)
     elif kind == 'cosine':
       after = peak * (end + (1.0 - end) * 0.5 * (1.0 + jnp.cos(jnp.pi * progress)))
@@ -109,6 +161,8 @@ def make_optimizer(optim_cfg, num_steps: int) -> tuple[optax.GradientTransformat
   else:
     # AdamW decays every parameter (biases and norm scales included), as torch.optim.AdamW does.
     opt = optax.adamw(schedule, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps, weight_decay=cfg.weight_decay)
+  if cfg.schedule == 'plateau':
+    opt = optax.chain(opt, scale_by_lr_scale())
   if cfg.clip_norm > 0:
     opt = optax.chain(optax.clip_by_global_norm(cfg.clip_norm), opt)
   return opt, schedule

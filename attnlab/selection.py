@@ -6,14 +6,17 @@ selected one and its parameters are saved apart from the rolling latest checkpoi
 (attnlab.checkpoint). An equal value improves only with a lower teacher-forced eval loss (a
 coarse metric such as exact match stays at 0 for long early in training; the earlier of two
 exact ties wins). `train.patience` > 0
-stops training after that many evaluations in a row without improvement. At the end the test
-split is evaluated with the selected checkpoint.
+stops training after that many evaluations in a row without improvement. With
+`optim.schedule=plateau` every `optim.plateau_patience` evaluations without improvement (counted
+since the best or the last cut) call for a learning-rate cut, which attnlab.train applies. At
+the end the test split is evaluated with the selected checkpoint.
 
 `DIRECTIONS` is the one table of which way each metric improves; `TASK_METRICS` holds the
 metric a task selects on when the config says 'auto'.
 
-The state (best step and value, evaluations since) is plain JSON, saved with every latest
-checkpoint, so a killed and resumed run selects the same step as an uninterrupted one.
+The state (best step and value, evaluations since the best and since the last cut) is plain
+JSON, saved with every latest checkpoint, so a killed and resumed run selects the same step
+(and cuts the learning rate at the same evaluations) as an uninterrupted one.
 """
 
 from __future__ import annotations
@@ -73,10 +76,12 @@ class Selection:
 
   metric: str
   patience: int  # 0 = never stop early
+  plateau_patience: int = 0  # optim.schedule=plateau: evaluations before a cut (0 = no cuts)
   best_step: int | None = None
   best_value: float | None = None
   best_loss: float | None = None  # the eval loss at the best step: breaks ties
   evals_since_best: int = 0
+  evals_since_change: int = 0  # since the best or the last learning-rate cut
 
   @property
   def mode(self) -> str:
@@ -94,9 +99,20 @@ class Selection:
     if math.isfinite(value) and (is_better(self.metric, value, self.best_value) or tie_won):
       self.best_step, self.best_value, self.evals_since_best = int(step), value, 0
       self.best_loss = loss if math.isfinite(loss) else None
+      self.evals_since_change = 0
       return True
     self.evals_since_best += 1
+    self.evals_since_change += 1
     return False
+
+  @property
+  def lr_cut_due(self) -> bool:
+    """Whether the plateau schedule should cut the learning rate now (not when stopping)."""
+    return (self.plateau_patience > 0 and not self.patience_exhausted
+            and self.evals_since_change >= self.plateau_patience)
+
+  def lr_cut_made(self) -> None:
+    self.evals_since_change = 0
 
   @property
   def patience_exhausted(self) -> bool:
@@ -104,7 +120,8 @@ class Selection:
 
   def to_json(self) -> dict:
     return {'metric': self.metric, 'best_step': self.best_step, 'best_value': self.best_value,
-            'best_loss': self.best_loss, 'evals_since_best': self.evals_since_best}
+            'best_loss': self.best_loss, 'evals_since_best': self.evals_since_best,
+            'evals_since_change': self.evals_since_change}
 
   def restore(self, saved: dict | None) -> None:
     """Continues from `to_json()` output saved under the same metric (else starts afresh)."""
@@ -112,6 +129,8 @@ class Selection:
       self.best_step, self.best_value = saved['best_step'], saved['best_value']
       self.best_loss = saved.get('best_loss')
       self.evals_since_best = int(saved['evals_since_best'])
+      # Saved before plateau cuts existed: no cut was made, so the count is the same.
+      self.evals_since_change = int(saved.get('evals_since_change', self.evals_since_best))
 
   def describe(self) -> str:
     """`eval sequence_accuracy (higher is better)`, for the console."""

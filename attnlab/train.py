@@ -4,7 +4,8 @@ Cadences: training metrics every `train.log_every` steps, evaluation of `eval.sp
 decoding, samples and attention heatmaps) every `train.eval_every`, checkpoints every
 `train.checkpoint_every`; the last step always evaluates and checkpoints. Each evaluation
 updates the model selection (attnlab.selection): an improvement on the eval split saves the
-best checkpoint, `train.patience` evaluations without one stop the run early. At the end the
+best checkpoint, `train.patience` evaluations without one stop the run early, and with
+`optim.schedule=plateau` `optim.plateau_patience` of them cut the learning rate. At the end the
 test split is evaluated with the best checkpoint. A diverging loss stops the run before that
 step is saved (attnlab.divergence).
 
@@ -94,6 +95,7 @@ class Run:
   params_shape: Any  # ShapeDtypeStructs of the params: the target of a best-checkpoint restore
   step: int = 0  # the last step trained (or restored)
   stopped_early: bool = False
+  lr_scale: float = 1.0  # optim.schedule=plateau: the multiplier held in the optimiser state
 
 
 def setup(config: ml_collections.ConfigDict, workdir: str, allow_config_change=()):
@@ -120,8 +122,9 @@ def setup(config: ml_collections.ConfigDict, workdir: str, allow_config_change=(
                                  keep=cfg.train.keep_checkpoints)
   selection = None
   if SELECT_SPLIT in cfg.eval.splits:
+    plateau = cfg.optim.plateau_patience if cfg.optim.schedule == 'plateau' else 0
     selection = Selection(resolve_metric(cfg.train.select_metric, cfg.task.name),
-                          patience=cfg.train.patience)
+                          patience=cfg.train.patience, plateau_patience=plateau)
   start, data_state = 0, {}
   restored = ckpt.restore_or_none(target_state=state)
   if restored is not None:
@@ -154,8 +157,24 @@ def setup(config: ml_collections.ConfigDict, workdir: str, allow_config_change=(
                                                             data_state.get('lowest_loss')),
             params_shape=jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
                                       state.params),
-            step=start, stopped_early=bool(selection and selection.patience_exhausted))
+            step=start, stopped_early=bool(selection and selection.patience_exhausted),
+            lr_scale=optim.lr_scale(state.opt_state) or 1.0)
   return run, state, batches, start
+
+
+def cut_learning_rate(run: Run, p_state):
+  """The plateau schedule's cut: the learning-rate scale in the optimiser state times
+  `optim.plateau_factor`. A host round trip of the state, made a few times per run."""
+  host = run.parallel.fetch(p_state)
+  scale = float(np.float32(optim.lr_scale(host.opt_state) * run.cfg.optim.plateau_factor))
+  host = host.replace(opt_state=optim.with_lr_scale(host.opt_state, scale))
+  run.lr_scale = scale
+  run.selection.lr_cut_made()
+  message = (f'learning rate cut to {run.cfg.optim.learning_rate * scale:.3g} (x{scale:g}): no '
+             f'eval improvement in {run.cfg.optim.plateau_patience} evaluations')
+  logging.info('step %d: %s', run.step, message)
+  run.progress.note(message)
+  return run.parallel.replicate(host)
 
 
 def _diverged(run: Run, problem: str, step: int, error=DivergenceError) -> DivergenceError:
@@ -191,7 +210,7 @@ def train_loop(run: Run, state: steps.TrainState, batches, start: int):
       raise _diverged(run, problem, step,
                       DivergenceError if math.isfinite(loss) else NonFiniteLossError)
     # The update that produced `step` used schedule(step - 1): optax counts updates from 0.
-    scalars.update(learning_rate=float(run.schedule(step - 1)),
+    scalars.update(learning_rate=float(run.schedule(step - 1)) * run.lr_scale,
                    steps_per_sec=sums['steps'] / elapsed,
                    tokens_per_sec=sums['token_count'] / elapsed)
     run.writer.write(step, 'train', scalars)
@@ -235,6 +254,8 @@ def train_loop(run: Run, state: steps.TrainState, batches, start: int):
       if evaluate_now:
         evaluate(step)  # before the save: a non-finite eval metric keeps the last good one
         run.stopped_early = bool(selection and selection.patience_exhausted)
+        if selection is not None and selection.lr_cut_due:
+          p_state = cut_learning_rate(run, p_state)  # before the save: resumes at the new rate
       if save or run.stopped_early:
         ckpt.save(step, parallel.fetch(p_state), data_state(step), run.config_dict,
                   best_step=selection.best_step if selection else None)

@@ -119,7 +119,7 @@ def schedule_note(old: dict, cfg, resume_step: int | None) -> str:
   from attnlab import optim  # JAX only when the note is needed
 
   kind, new_steps = cfg.optim.schedule, cfg.train.num_steps
-  if kind in ('constant', 'rsqrt'):
+  if kind in ('constant', 'rsqrt', 'plateau'):
     return f'the {kind} schedule does not depend on train.num_steps: unchanged'
   if resume_step is None:
     return f'no checkpoint yet: the {kind} schedule simply runs over {new_steps} steps'

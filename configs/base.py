@@ -89,8 +89,12 @@ def get_config() -> ml_collections.ConfigDict:
   c.optim.name = 'adam'  # adam | adamw
   c.optim.learning_rate = 3e-3  # peak learning rate
   c.optim.warmup_steps = 100  # linear warmup from 0
-  c.optim.schedule = 'cosine'  # constant | cosine | linear | rsqrt (decay after warmup)
+  c.optim.schedule = 'cosine'  # constant | cosine | linear | rsqrt | plateau (after warmup)
   c.optim.end_lr_fraction = 0.05  # cosine/linear: final lr as a fraction of the peak
+  # plateau: the lr is multiplied by plateau_factor after plateau_patience evaluations in a
+  # row without an eval improvement (train.select_metric); train.patience then ends the run.
+  c.optim.plateau_factor = 0.5
+  c.optim.plateau_patience = 2
   c.optim.weight_decay = 0.0  # adamw only
   c.optim.b1 = 0.9
   c.optim.b2 = 0.98

@@ -95,7 +95,7 @@ def test_corrupted_latest_falls_back_to_previous(tmp_path, caplog):
   _corrupt(tmp_path / '30')
   with Checkpointer(tmp_path, keep=3) as ckpt:
     assert ckpt.latest_step() == 30
-    with caplog.at_level(logging.INFO):
+    with caplog.at_level(logging.INFO), caplog.at_level(logging.INFO, logger='absl'):
       got, data_state, step = ckpt.restore_or_none(target_state=_state(0.0))
     assert step == 20 and data_state == {'step': 20}
     _assert_same(got, _state(20.0))

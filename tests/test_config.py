@@ -58,7 +58,9 @@ def _choices(registry) -> str:
     ('model.attention.window', 'local', _choices(attention.WINDOWS)),
     ('model.kind', 'cnn', _choices(factory.MODEL_KINDS)),
     ('model.cell', 'rnn', _choices(recurrent.CELLS)),
-    ('optim.schedule', 'cosin', 'choose from constant, cosine, linear, rsqrt'),
+    ('optim.schedule', 'cosin', 'choose from constant, cosine, linear, plateau, rsqrt$'),
+    ('optim.plateau_factor', 1.0, r'optim.plateau_factor=1.0 must be in \(0, 1\)'),
+    ('optim.plateau_patience', 0, 'optim.plateau_patience=0 must be a positive integer'),
     ('parallel.mode', 'pjit', 'choose from pmap, shard_map'),
     ('eval.search', 'sample', _choices(search.METHODS)),
     ('model.hidden_size', 0, 'model.hidden_size=0 must be a positive integer'),
@@ -87,6 +89,12 @@ def test_bad_value_names_key_and_choices(key, value, message):
     ({'model.hidden_size': 65}, 'must be even with model.bidirectional=True'),
     ({'optim.weight_decay': 0.1}, 'optim.weight_decay=0.1 needs optim.name=adamw'),
     ({'task.train_lengths': (5, 2)}, r'task.train_lengths=\(5, 2\) must be \(min, max\)'),
+    ({'optim.schedule': 'plateau', 'eval.splits': ('test',)},
+     r"optim.schedule=plateau cuts the learning rate when the eval split stops improving; "
+     r"eval.splits=\['test'\] has no eval"),
+    ({'optim.schedule': 'plateau', 'optim.plateau_patience': 3, 'train.patience': 3},
+     r'train.patience=3 would stop the run before optim.plateau_patience=3 evaluations cut '
+     r'the learning rate; set train.patience > 3 \(or 0 = never stop\)'),
 ])
 def test_impossible_combinations(updates, message):
   c = base.get_config()

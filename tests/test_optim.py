@@ -156,7 +156,7 @@ def test_plain_object_config():
   [
     (
       {'schedule': 'cosin'},
-      "optim.schedule='cosin' is not valid; choose from constant, cosine, linear, rsqrt",
+      "optim.schedule='cosin' is not valid; choose from constant, cosine, linear, plateau, rsqrt",
     ),
     ({'name': 'sgd'}, "optim.name='sgd' is not valid; choose from adam, adamw"),
     ({'warmup_steps': -1}, 'optim.warmup_steps=-1 must be a non-negative integer'),
@@ -189,3 +189,36 @@ def test_parsed_run_config_group():
   c.optim.end_lr_fraction = 0.0
   _, schedule = optim.make_optimizer(config.parse(c).optim, 4)
   assert [float(schedule(s)) for s in (0, 2, 4)] == pytest.approx([3e-3, 1.5e-3, 0.0])
+
+
+def test_plateau_is_warmup_then_the_peak_times_the_state_scale():
+  cfg = _cfg(schedule='plateau', learning_rate=0.5, warmup_steps=10)
+  assert [_lr(cfg, 100, s) for s in (5, 10, 99, 10_000)] == pytest.approx([0.25, 0.5, 0.5, 0.5])
+  # Only plateau puts a scale in the optimiser state; it starts at 1.
+  params = {'w': jnp.ones((3,))}
+  tx, _ = optim.make_optimizer(cfg, 100)
+  assert optim.lr_scale(tx.init(params)) == 1.0
+  cosine, _ = optim.make_optimizer(_cfg(schedule='cosine'), 100)
+  assert optim.lr_scale(cosine.init(params)) is None
+  with pytest.raises(ValueError, match='no learning-rate scale'):
+    optim.with_lr_scale(cosine.init(params), 0.5)
+
+
+def test_a_cut_scale_multiplies_every_adam_update():
+  # Adam's update is linear in its learning rate: with the scale at 0.25 the chain must give
+  # what optax's own clip + Adam give at a quarter of the learning rate, step after step.
+  cfg = _cfg(schedule='plateau', learning_rate=0.01, warmup_steps=0, clip_norm=1.0)
+  tx, _ = optim.make_optimizer(cfg, 100)
+  reference = optax.chain(optax.clip_by_global_norm(1.0),
+                          optax.adam(0.0025, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps))
+  params = {'w': jnp.array([1.0, -2.0, 3.0]), 'b': jnp.array(0.5)}
+  state = optim.with_lr_scale(jax.device_get(tx.init(params)), 0.25)
+  assert optim.lr_scale(state) == 0.25
+  ref_state = reference.init(params)
+  for i in range(3):
+    grads = {'w': jnp.array([0.3, -4.0, 1.0]) * (i + 1), 'b': jnp.array(2.0 - i)}
+    got, state = tx.update(grads, state, params)
+    want, ref_state = reference.update(grads, ref_state, params)
+    for x, y in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+      np.testing.assert_allclose(x, y, rtol=1e-6)
+  assert optim.lr_scale(state) == 0.25  # updates never change the scale: only the host does

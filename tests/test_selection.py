@@ -50,6 +50,27 @@ def test_selection_keeps_the_earliest_best_and_counts_patience():
     s.update(5, {'loss': 1.0, 'by_length': []})
 
 
+def test_plateau_cuts_after_its_patience_and_stops_after_train_patience():
+  # Hand-derived: cuts after 2 evaluations without improvement (counted since the best or the
+  # last cut); 5 without improvement end the run, and the stopping evaluation cuts nothing.
+  s = selection.Selection('wer', patience=5, plateau_patience=2)
+  due = []
+  for step, wer in enumerate([0.5, 0.4, 0.45, 0.46, 0.41, 0.42, 0.43], start=1):
+    s.update(step, {'wer': wer, 'loss': 1.0})
+    due.append(s.lr_cut_due)
+    if s.lr_cut_due:
+      s.lr_cut_made()
+  assert due == [False, False, False, True, False, True, False]
+  assert s.patience_exhausted and (s.best_step, s.evals_since_best) == (2, 5)
+  again = selection.Selection('wer', patience=5, plateau_patience=2)
+  again.restore(json.loads(json.dumps(s.to_json())))
+  assert again == s
+  # A state saved before plateau cuts existed: no cut was ever made.
+  old = {k: v for k, v in s.to_json().items() if k != 'evals_since_change'}
+  again.restore(old)
+  assert again.evals_since_change == again.evals_since_best == 5
+
+
 def _final(workdir):
   with open(os.path.join(workdir, 'final_metrics.json')) as f:
     return json.load(f)
@@ -138,3 +159,37 @@ def test_killed_and_resumed_selects_the_same_step(tmp_path, monkeypatch):
   assert list(tested_resumed) == list(tested_full) == [3]
   _assert_same_params(tested_resumed[3], tested_full[3])
   _assert_same_params(_params(resumed, 3, 'best'), _params(full, 3, 'best'))
+
+
+def test_plateau_cuts_the_learning_rate_and_a_resumed_run_keeps_the_cut(tmp_path, monkeypatch):
+  # experiments/sizes.py's PLATEAU: accuracy peaks at step 2, each evaluation without
+  # improvement halves the learning rate (after steps 3 and 4) and the third one (step 5)
+  # stops the run.
+  values = {1: 0.1, 2: 0.5, 3: 0.4, 4: 0.3, 5: 0.2, 6: 0.9}
+  overrides = {'train.num_steps': 6, 'train.eval_every': 1, 'train.log_every': 1,
+               'train.checkpoint_every': 1, 'train.keep_checkpoints': 10, 'train.patience': 3,
+               'optim.schedule': 'plateau', 'optim.plateau_patience': 1,
+               'optim.warmup_steps': 0, 'task.num_eval_examples': 16}
+  peak = smoke_config(**overrides).optim.learning_rate
+
+  def learning_rates(workdir):
+    events = [json.loads(line) for line in open(os.path.join(workdir, 'metrics.jsonl'))]
+    return {e['step']: e['learning_rate'] for e in events if e['split'] == 'train'}
+
+  script_eval_metric(monkeypatch, values, {})
+  full = str(tmp_path / 'full')
+  train.train_and_evaluate(smoke_config(**overrides), full)
+  want = {1: 1, 2: 1, 3: 1, 4: 0.5, 5: 0.25}
+  assert learning_rates(full) == pytest.approx({s: peak * f for s, f in want.items()})
+  saved = _final(full)
+  assert saved['trained_steps'] == 5 and saved['step'] == 2 and saved['selection']['stopped_early']
+
+  resumed = str(tmp_path / 'resumed')
+  die_before_step(monkeypatch, 5)  # checkpoint 4 holds both cuts
+  with pytest.raises(KeyboardInterrupt):
+    train.train_and_evaluate(smoke_config(**overrides), resumed)
+  monkeypatch.undo()
+  script_eval_metric(monkeypatch, values, {})
+  train.train_and_evaluate(smoke_config(**overrides), resumed)
+  assert learning_rates(resumed) == learning_rates(full)
+  _assert_same_params(_params(resumed, 5), _params(full, 5))

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from smoke_runs import die_before_step, run_cli, smoke_config
 
-from attnlab import checkpoint, config, divergence, steps, train
+from attnlab import checkpoint, config, console, divergence, steps, train
 from attnlab.evaluate import Evaluator
 
 LIBRARY_LOG_LINE = re.compile(r'^[IWEF]\d{4} \d\d:\d\d:\d\d', re.MULTILINE)  # absl's prefix
@@ -172,6 +172,20 @@ def test_warmup_longer_than_the_run_is_a_warning(tmp_path, caplog):
   run, *_ = train.setup(smoke_config(**{'optim.warmup_steps': 1000}), str(tmp_path))
   run.ckpt.close()
   assert warning in caplog.text
+
+
+def test_start_summary_names_the_regularisation():
+  def first_two_lines(**overrides):
+    cfg = config.parse(smoke_config(**overrides))
+    lines = console.start_summary(cfg, num_params=1234, num_devices=2, workdir='w', log='w/l',
+                                  selection=None, start_step=0, filtered=0)
+    return lines[:2]
+
+  plain, plan = first_two_lines(**{'model.dropout': 0.0, 'train.label_smoothing': 0.0})
+  assert plain.endswith(', no dropout; 1,234 parameters on 2 device(s)'), plain
+  smoothed, _ = first_two_lines(**{'model.dropout': 0.3, 'train.label_smoothing': 0.1})
+  assert ', dropout 0.3, label smoothing 0.1; 1,234 parameters' in smoothed, smoothed
+  assert 'no model selection' in plan
 
 
 def test_cli_console_is_quiet_and_a_bad_checkpoint_is_one_warning(tmp_path):
