@@ -236,17 +236,30 @@ class Evaluator:
     folder = os.path.join(self.workdir, 'attention')
     os.makedirs(folder, exist_ok=True)
     src_vocab, tgt_vocab = self.task.source_vocab, self.task.target_vocab
+    examples = self.task.split(split)
     arrays = {}
     for r in sorted(rows, key=lambda r: r['index'])[:self.cfg.eval.num_heatmaps]:
       source, output = src_vocab.tokens(r['source'] + [EOS_ID]), tgt_vocab.tokens(r['output'])
+      title = heatmap_title(split, r['index'], step, bool(r['correct']),
+                            examples[r['index']]['target'])
       heatmaps.save_heatmap(
           os.path.join(folder, f"{split}_step{step:07d}_ex{r['index']}.png"), r['attention'],
-          source, output,
-          title=f"{split} #{r['index']} step {step} ({'correct' if r['correct'] else 'wrong'})")
+          source, output, title=title)
       arrays[f"weights_{r['index']}"] = np.asarray(r['attention'], np.float32)
       arrays[f"source_{r['index']}"] = np.array(source, dtype=str)
       arrays[f"output_{r['index']}"] = np.array(output, dtype=str)
     np.savez_compressed(os.path.join(folder, f'{split}_step{step:07d}.npz'), **arrays)
+
+
+def heatmap_title(split: str, index: int, step: int, correct: bool, reference: str,
+                  width: int = 48) -> str:
+  """`test #0 step 24000 (correct)`, or with the reference when the output is wrong (cut to
+  `width` characters: the figure is only as wide as the source)."""
+  if correct:
+    return f'{split} #{index} step {step} (correct)'
+  if len(reference) > width:
+    reference = reference[:width - 3] + '...'
+  return f'{split} #{index} step {step} (wrong; reference {reference})'
 
 
 # --- `python -m attnlab.evaluate`: re-evaluate a saved checkpoint -----------------------------

@@ -103,3 +103,14 @@ def test_cli_prints_metrics_and_refuses_bad_input_in_one_line(run_dir, tmp_path,
   bad = cli(f'--workdir={run_dir}', '--checkpoint=7')
   assert bad.returncode == 2 and bad.stderr.startswith('error: ') and "'7'" in bad.stderr
   assert bad.stderr.count('\n') == 1, bad.stderr
+
+
+def test_heatmap_titles_name_the_reference_of_a_wrong_output():
+  assert evaluate.heatmap_title('test', 0, 24000, True, 'P AO R T EY L') == (
+    'test #0 step 24000 (correct)'
+  )
+  assert evaluate.heatmap_title('test', 0, 24000, False, 'P AO R T EY L') == (
+    'test #0 step 24000 (wrong; reference P AO R T EY L)'
+  )
+  long = evaluate.heatmap_title('eval', 3, 5, False, 'x' * 60, width=20)
+  assert long == 'eval #3 step 5 (wrong; reference ' + 'x' * 17 + '...)'
