@@ -5,8 +5,9 @@ RNNencdec-style (timing none: the decoder starts from the encoder, no attention)
 (Bahdanau timing, concat score) vs Luong (general score, input feeding) on real translation,
 Bible Spanish -> English (configs/bible.py; BLEU by source length in words, the paper's x
 axis), and on copy and reverse with sources of 5-40 symbols. Every trial runs to convergence
-and is tested on its best eval checkpoint (experiments/sizes.py). Bible trials take about
-50 min each on one core: 2 seeds; copy and reverse 3 seeds. 3 timings x (2 + 3 + 3) = 24 trials.
+and is tested on its best eval checkpoint (experiments/sizes.py). Bible trials take over
+30 min each on one core (2.3 steps/s, stopped by the plateau schedule): 2 seeds; copy and
+reverse 3 seeds. 3 timings x (2 + 3 + 3) = 24 trials.
 
 COMMAND: python -m attnlab.sweep experiments/bottleneck.py --parallel=2 \
   --workdir=runs/bottleneck
