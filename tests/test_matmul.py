@@ -67,6 +67,32 @@ def test_float32_operands_give_exactly_the_plain_matmul():
   np.testing.assert_array_equal(dense.apply(variables, a), nn.Dense(3).apply(variables, a))
 
 
+def test_gradients_round_the_cotangent_and_sum_in_float32():
+  # Hand-derived: for z = x y (x: BxTxK, y: BxKxH), dx = g y^T and dy = x^T g, each with g
+  # rounded to bf16 and the products summed in float32, then rounded to the operand dtype.
+  x, y = _bf16(7, (2, 3, 64)), _bf16(8, (2, 64, 5))
+  w = jax.random.normal(jax.random.key(9), (2, 3, 5))
+  dx, dy = jax.grad(lambda x, y: jnp.sum(matmul.einsum('btk,bkh->bth', x, y,
+                                                       out_dtype=jnp.float32) * w), (0, 1))(x, y)
+  g = np.asarray(w.astype(jnp.bfloat16), np.float64)
+  want_dx = np.einsum('bth,bkh->btk', g, np.asarray(y, np.float64))
+  want_dy = np.einsum('btk,bth->bkh', np.asarray(x, np.float64), g)
+  assert dx.dtype == dy.dtype == jnp.bfloat16
+  np.testing.assert_allclose(np.asarray(dx, np.float32), want_dx, rtol=2**-7, atol=1e-5)
+  np.testing.assert_allclose(np.asarray(dy, np.float32), want_dy, rtol=2**-7, atol=1e-5)
+
+
+def test_dot_general_with_batch_and_several_contracting_axes_matches_lax():
+  a = jax.random.normal(jax.random.key(10), (2, 3, 4, 5))
+  b = jax.random.normal(jax.random.key(11), (4, 2, 5, 6))
+  dims = (((2, 3), (0, 2)), ((0,), (1,)))
+  want = jax.lax.dot_general(a, b, dims)
+  got = matmul.dot_general(a.astype(jnp.bfloat16), b.astype(jnp.bfloat16), dims,
+                           preferred_element_type=jnp.float32)
+  assert got.shape == want.shape == (2, 3, 6) and got.dtype == jnp.float32
+  np.testing.assert_allclose(got, want, rtol=0.03, atol=0.1)
+
+
 SRC = np.array([[4, 5, 6, 7, 2], [8, 9, 2, 0, 0]], np.int32)
 TGT_IN = np.array([[1, 6, 7, 8], [1, 9, 10, 0]], np.int32)
 TGT_OUT = np.array([[6, 7, 8, 2], [9, 10, 2, 0]], np.int32)
@@ -100,10 +126,20 @@ def _loss_and_grad(family: str, dtype: str):
 @pytest.mark.parametrize('family', sorted(FAMILIES))
 def test_bfloat16_training_step_has_no_bfloat16_accumulating_dot(family):
   step, params = _loss_and_grad(family, 'bfloat16')
-  dots = DOT_TYPES.findall(step.lower(params).as_text())  # forward and backward, not compiled
-  bf16_dots = [d for d in dots if d[:2] == ('bf16', 'bf16')]
-  assert bf16_dots, 'the bf16 model should compute its matmuls on bf16 operands'
-  assert all(out == 'f32' for _, _, out in bf16_dots), sorted(set(dots))
+  text = step.lower(params).as_text(debug_info=True)  # forward and backward, not compiled
+  locations = dict(re.findall(r'^#(loc\d+) = (.*)$', text, re.M))
+  kinds = set()
+  for line in text.splitlines():
+    for types in DOT_TYPES.findall(line):
+      if types == ('f32', 'f32', 'f32'):
+        # Only the context sum over float32 memory may stay float32 (its weights are a
+        # float32 softmax and the RNN memory is kept float32); its gradient is float32 too.
+        ref = re.search(r'loc\(#(loc\d+)\)', line)
+        where = locations.get(ref.group(1), '') if ref else ''
+        assert '...ts,...sh->...th' in where, (line, where)
+      kinds.add(types)
+  assert ('bf16', 'bf16', 'f32') in kinds
+  assert kinds <= {('bf16', 'bf16', 'f32'), ('f32', 'f32', 'f32')}, sorted(kinds)
 
 
 def test_bfloat16_training_step_runs_and_tracks_float32():
