@@ -252,14 +252,14 @@ class Evaluator:
 
 
 def heatmap_title(split: str, index: int, step: int, correct: bool, reference: str,
-                  width: int = 48) -> str:
-  """`test #0 step 24000 (correct)`, or with the reference when the output is wrong (cut to
-  `width` characters: the figure is only as wide as the source)."""
+                  width: int = 40) -> str:
+  """`test #0 step 24000 (correct)`, or with the reference on a second line when the output is
+  wrong (cut to `width` characters: the figure is only as wide as the source)."""
   if correct:
     return f'{split} #{index} step {step} (correct)'
   if len(reference) > width:
     reference = reference[:width - 3] + '...'
-  return f'{split} #{index} step {step} (wrong; reference {reference})'
+  return f'{split} #{index} step {step} (wrong)\nreference: {reference}'
 
 
 # --- `python -m attnlab.evaluate`: re-evaluate a saved checkpoint -----------------------------

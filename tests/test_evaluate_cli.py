@@ -110,7 +110,7 @@ def test_heatmap_titles_name_the_reference_of_a_wrong_output():
     'test #0 step 24000 (correct)'
   )
   assert evaluate.heatmap_title('test', 0, 24000, False, 'P AO R T EY L') == (
-    'test #0 step 24000 (wrong; reference P AO R T EY L)'
+    'test #0 step 24000 (wrong)\nreference: P AO R T EY L'
   )
   long = evaluate.heatmap_title('eval', 3, 5, False, 'x' * 60, width=20)
-  assert long == 'eval #3 step 5 (wrong; reference ' + 'x' * 17 + '...)'
+  assert long == 'eval #3 step 5 (wrong)\nreference: ' + 'x' * 17 + '...'
