@@ -63,9 +63,12 @@ def scale_by_lr_scale() -> optax.GradientTransformation:
   return optax.GradientTransformation(init, update)
 
 
+def _is_scale(x) -> bool:
+  return isinstance(x, LrScaleState)
+
+
 def _lr_scale_states(opt_state) -> list[LrScaleState]:
-  is_scale = lambda x: isinstance(x, LrScaleState)
-  return [x for x in jax.tree.leaves(opt_state, is_leaf=is_scale) if is_scale(x)]
+  return [x for x in jax.tree.leaves(opt_state, is_leaf=_is_scale) if _is_scale(x)]
 
 
 def lr_scale(opt_state) -> float | None:
@@ -78,10 +81,9 @@ def with_lr_scale(opt_state, value: float):
   """`opt_state` (host arrays) with the plateau multiplier set to `value`."""
   if not _lr_scale_states(opt_state):
     raise ValueError('this optimiser state has no learning-rate scale (optim.schedule != plateau)')
-  is_scale = lambda x: isinstance(x, LrScaleState)
   return jax.tree.map(
-    lambda x: LrScaleState(np.full_like(np.asarray(x.scale), value)) if is_scale(x) else x,
-    opt_state, is_leaf=is_scale)
+    lambda x: LrScaleState(np.full_like(np.asarray(x.scale), value)) if _is_scale(x) else x,
+    opt_state, is_leaf=_is_scale)
 
 
 def parse_optim(optim_cfg) -> OptimConfig:
