@@ -261,6 +261,7 @@ class OptimConfig:
   end_lr_fraction: float
   plateau_factor: float
   plateau_patience: int
+  plateau_min_scale: float
   weight_decay: float
   b1: float
   b2: float
@@ -275,6 +276,9 @@ class OptimConfig:
     if not (isinstance(self.plateau_factor, int | float) and 0 < self.plateau_factor < 1):
       raise ConfigError(f'{prefix}.plateau_factor={self.plateau_factor!r} must be in (0, 1): '
                         'the learning rate is multiplied by it on a plateau')
+    if not (isinstance(self.plateau_min_scale, int | float) and 0 <= self.plateau_min_scale < 1):
+      raise ConfigError(f'{prefix}.plateau_min_scale={self.plateau_min_scale!r} must be in '
+                        '[0, 1): the lowest learning rate as a fraction of the peak (0 = none)')
     if not (isinstance(self.learning_rate, int | float) and 0 < self.learning_rate < math.inf):
       raise ConfigError(f'{prefix}.learning_rate={self.learning_rate!r} must be a finite number '
                         '> 0')

@@ -24,7 +24,8 @@ Joey NMT / OpenNMT-py offer): `scale` starts at 1 and is multiplied by `plateau_
 time the eval metric has not improved for `plateau_patience` evaluations (attnlab.selection
 decides, attnlab.train applies it). The scale is part of the optimiser state (the last link of
 the chain, `LrScaleState`), so checkpoints carry it and a resumed run continues at the same
-learning rate; warmup still multiplies it.
+learning rate; warmup still multiplies it. With `plateau_min_scale` > 0 a cut that would take
+the scale below it ends the run instead (`next_plateau_scale` is None).
 """
 
 from __future__ import annotations
@@ -84,6 +85,16 @@ def with_lr_scale(opt_state, value: float):
   return jax.tree.map(
     lambda x: LrScaleState(np.full_like(np.asarray(x.scale), value)) if _is_scale(x) else x,
     opt_state, is_leaf=_is_scale)
+
+
+def next_plateau_scale(cfg: OptimConfig, scale: float) -> float | None:
+  """The plateau multiplier after one more cut of `scale`, None when it would fall below
+  `plateau_min_scale` (the run stops instead). float32, as the optimiser state holds it."""
+  cut = float(np.float32(scale * cfg.plateau_factor))
+  # A relative tolerance: 0.5 ** 4 must reach a floor of 0.0625 written as 1 / 16.
+  if cut < cfg.plateau_min_scale * (1 - 1e-6):
+    return None
+  return cut
 
 
 def parse_optim(optim_cfg) -> OptimConfig:

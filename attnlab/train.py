@@ -5,8 +5,8 @@ decoding, samples and attention heatmaps) every `train.eval_every`, checkpoints 
 `train.checkpoint_every`; the last step always evaluates and checkpoints. Each evaluation
 updates the model selection (attnlab.selection): an improvement on the eval split saves the
 best checkpoint, `train.patience` evaluations without one stop the run early, and with
-`optim.schedule=plateau` `optim.plateau_patience` of them cut the learning rate. At the end the
-test split is evaluated with the best checkpoint. A diverging loss stops the run before that
+`optim.schedule=plateau` `optim.plateau_patience` of them cut the learning rate (a cut below
+`optim.plateau_min_scale` stops the run instead). At the end the test split is evaluated with the best checkpoint. A diverging loss stops the run before that
 step is saved (attnlab.divergence).
 
 Rerunning the same command resumes from the latest checkpoint with the same data order and
@@ -157,16 +157,27 @@ def setup(config: ml_collections.ConfigDict, workdir: str, allow_config_change=(
                                                             data_state.get('lowest_loss')),
             params_shape=jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
                                       state.params),
-            step=start, stopped_early=bool(selection and selection.patience_exhausted),
-            lr_scale=optim.lr_scale(state.opt_state) or 1.0)
+            step=start, lr_scale=optim.lr_scale(state.opt_state) or 1.0)
+  run.stopped_early = stops_early(run)  # a rerun of a run that stopped early trains no more
   return run, state, batches, start
+
+
+def stops_early(run: Run) -> bool:
+  """Whether selection ends the run now: `train.patience` evaluations without improvement,
+  or a plateau cut due that would go below `optim.plateau_min_scale`."""
+  selection = run.selection
+  if selection is None:
+    return False
+  floor_reached = (selection.lr_cut_due
+                   and optim.next_plateau_scale(run.cfg.optim, run.lr_scale) is None)
+  return selection.patience_exhausted or floor_reached
 
 
 def cut_learning_rate(run: Run, p_state):
   """The plateau schedule's cut: the learning-rate scale in the optimiser state times
   `optim.plateau_factor`. A host round trip of the state, made a few times per run."""
   host = run.parallel.fetch(p_state)
-  scale = float(np.float32(optim.lr_scale(host.opt_state) * run.cfg.optim.plateau_factor))
+  scale = optim.next_plateau_scale(run.cfg.optim, optim.lr_scale(host.opt_state))
   host = host.replace(opt_state=optim.with_lr_scale(host.opt_state, scale))
   run.lr_scale = scale
   run.selection.lr_cut_made()
@@ -253,8 +264,12 @@ def train_loop(run: Run, state: steps.TrainState, batches, start: int):
       flush_window(step)  # never evaluate or checkpoint a diverged state
       if evaluate_now:
         evaluate(step)  # before the save: a non-finite eval metric keeps the last good one
-        run.stopped_early = bool(selection and selection.patience_exhausted)
-        if selection is not None and selection.lr_cut_due:
+        run.stopped_early = stops_early(run)
+        if run.stopped_early and not selection.patience_exhausted:
+          run.progress.note(f'learning rate floor reached: a cut below '
+                            f'x{cfg.optim.plateau_min_scale:g} (optim.plateau_min_scale) ends '
+                            'the run')
+        elif selection is not None and selection.lr_cut_due:
           p_state = cut_learning_rate(run, p_state)  # before the save: resumes at the new rate
       if save or run.stopped_early:
         ckpt.save(step, parallel.fetch(p_state), data_state(step), run.config_dict,

@@ -95,6 +95,9 @@ def get_config() -> ml_collections.ConfigDict:
   # row without an eval improvement (train.select_metric); train.patience then ends the run.
   c.optim.plateau_factor = 0.5
   c.optim.plateau_patience = 2
+  # plateau: a cut that would take the lr below peak x plateau_min_scale ends the run instead
+  # (Keras' min_lr, Joey NMT's learning_rate_min); 0 = cut for ever, train.patience stops.
+  c.optim.plateau_min_scale = 0.0
   c.optim.weight_decay = 0.0  # adamw only
   c.optim.b1 = 0.9
   c.optim.b2 = 0.98

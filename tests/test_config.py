@@ -61,6 +61,7 @@ def _choices(registry) -> str:
     ('optim.schedule', 'cosin', 'choose from constant, cosine, linear, plateau, rsqrt$'),
     ('optim.plateau_factor', 1.0, r'optim.plateau_factor=1.0 must be in \(0, 1\)'),
     ('optim.plateau_patience', 0, 'optim.plateau_patience=0 must be a positive integer'),
+    ('optim.plateau_min_scale', 1.0, r'optim.plateau_min_scale=1.0 must be in \[0, 1\)'),
     ('parallel.mode', 'pjit', 'choose from pmap, shard_map'),
     ('eval.search', 'sample', _choices(search.METHODS)),
     ('model.hidden_size', 0, 'model.hidden_size=0 must be a positive integer'),

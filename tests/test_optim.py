@@ -204,6 +204,20 @@ def test_plateau_is_warmup_then_the_peak_times_the_state_scale():
     optim.with_lr_scale(cosine.init(params), 0.5)
 
 
+def test_the_plateau_floor_allows_cuts_down_to_it_and_no_further():
+  # Halving from 1: 0.5, 0.25, 0.125, 0.0625 = 1 / 16 (the floor itself is allowed), then None.
+  cfg = _cfg(schedule='plateau', plateau_factor=0.5, plateau_min_scale=1 / 16)
+  scales, scale = [], 1.0
+  while (scale := optim.next_plateau_scale(cfg, scale)) is not None:
+    scales.append(scale)
+  assert scales == [0.5, 0.25, 0.125, 0.0625]
+  # A floor of 0 never stops the cuts; a factor of 0.3 from 1 stops below 0.1 after 0.3.
+  assert optim.next_plateau_scale(_cfg(schedule='plateau'), 1e-30) > 0
+  third = _cfg(schedule='plateau', plateau_factor=0.3, plateau_min_scale=0.1)
+  assert optim.next_plateau_scale(third, 1.0) == pytest.approx(0.3)
+  assert optim.next_plateau_scale(third, 0.3) is None
+
+
 def test_a_cut_scale_multiplies_every_adam_update():
   # Adam's update is linear in its learning rate: with the scale at 0.25 the chain must give
   # what optax's own clip + Adam give at a quarter of the learning rate, step after step.

@@ -193,3 +193,28 @@ def test_plateau_cuts_the_learning_rate_and_a_resumed_run_keeps_the_cut(tmp_path
   train.train_and_evaluate(smoke_config(**overrides), resumed)
   assert learning_rates(resumed) == learning_rates(full)
   _assert_same_params(_params(resumed, 5), _params(full, 5))
+
+
+def test_a_cut_below_the_plateau_floor_ends_the_run_also_on_a_rerun(tmp_path, monkeypatch):
+  # No train.patience: cuts after steps 3 (x0.5) and 4 (x0.25); at step 5 the next cut
+  # (x0.125) would fall below plateau_min_scale 0.25, so the run stops there.
+  values = {1: 0.1, 2: 0.5, 3: 0.4, 4: 0.3, 5: 0.2, 6: 0.9, 7: 0.9, 8: 0.9}
+  overrides = {'train.num_steps': 8, 'train.eval_every': 1, 'train.log_every': 1,
+               'train.checkpoint_every': 1, 'train.keep_checkpoints': 10, 'train.patience': 0,
+               'optim.schedule': 'plateau', 'optim.plateau_patience': 1,
+               'optim.plateau_min_scale': 0.25, 'optim.warmup_steps': 0,
+               'task.num_eval_examples': 16}
+  script_eval_metric(monkeypatch, values, {})
+  workdir = str(tmp_path / 'run')
+  train.train_and_evaluate(smoke_config(**overrides), workdir)
+  saved = _final(workdir)
+  assert saved['trained_steps'] == 5 and saved['step'] == 2 and saved['selection']['stopped_early']
+  events = [json.loads(line) for line in open(os.path.join(workdir, 'metrics.jsonl'))]
+  peak = smoke_config(**overrides).optim.learning_rate
+  assert [e['learning_rate'] / peak for e in events if e['split'] == 'train'] == pytest.approx(
+      [1, 1, 1, 0.5, 0.25])
+
+  train.train_and_evaluate(smoke_config(**overrides), workdir)  # the same command again
+  assert _final(workdir)['trained_steps'] == 5
+  assert sum(json.loads(line)['split'] == 'train'
+             for line in open(os.path.join(workdir, 'metrics.jsonl'))) == 5
