@@ -47,6 +47,7 @@ LONG_SYNTHETIC = {
 # encoder a single-threaded trial ran at ~6 steps/s, which put score_timing's 27 trials at
 # ~8 h on 2 cores for 12,000 steps.
 G2P_RNN = {
+  'model.dtype': 'float32',  # whatever the recipe computes in: the ablations stay in float32
   'model.hidden_size': 128,
   'model.encoder_layers': 1,
   'train.label_smoothing': 0.0,
@@ -64,6 +65,7 @@ G2P_TRANSFORMER = {
   'model.decoder_layers': 2,
   'model.transformer.mlp_dim': 256,
   'model.dropout': 0.1,
+  'model.dtype': 'float32',
   'optim.learning_rate': 1e-3,
   'optim.warmup_steps': 1_000,
   'train.label_smoothing': 0.0,

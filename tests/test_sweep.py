@@ -148,8 +148,12 @@ with open(os.path.join(workdir, 'metrics.jsonl'), 'a') as f:
   f.write(json.dumps({{'step': 2, 'split': 'train'}}) + '\\n')
 if os.environ.get('FAKE_HANG') == '1':
   time.sleep(120)
+final = {{'step': 4, 'test': {{'sequence_accuracy': 0.5}}}}
+if seed == '1':  # a run that selected on WER and stopped early
+  final = {{'step': 3, 'trained_steps': 4, 'selection': {{'metric': 'wer', 'stopped_early': True}},
+           'test': {{'wer': 0.25, 'sequence_accuracy': 0.75}}}}
 with open(os.path.join(workdir, 'final_metrics.json'), 'w') as f:
-  json.dump({{'step': 4, 'test': {{'sequence_accuracy': 0.5}}}}, f)
+  json.dump(final, f)
 """
 
 
@@ -182,6 +186,9 @@ def test_runner_records_failures_and_goes_on(tmp_path, fake_python):
   progress = [line for line in out.getvalue().splitlines() if line.startswith('sweep ')]
   assert progress[-1].startswith('sweep 2/3 done, 1 failed, 0 running | steps 8/12 (66.7%)')
   assert '[FAILED] seed=13 (exit 1): ValueError: seed 13 is unlucky' in out.getvalue()
+  # The done line names the selection metric and the tested step.
+  assert ' | test sequence_accuracy 0.5000\n' in out.getvalue()
+  assert ' | test wer 0.2500 (step 3 of 4, stopped early)\n' in out.getvalue()
 
 
 def test_interrupted_trials_resume(tmp_path, fake_python, monkeypatch):

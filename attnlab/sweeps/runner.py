@@ -286,10 +286,20 @@ class LocalRunner:
     return status['status']
 
   def _result(self, directory: str) -> str:
+    """` | test wer 0.2487 (step 18000 of 19000, stopped early)`: the trial's selection metric
+    (sequence_accuracy for a run without selection) and the step it was tested at."""
     with open(os.path.join(directory, FINAL_FILE)) as f:
-      test = json.load(f).get('test', {})
-    value = test.get('sequence_accuracy')
-    return f' | test sequence_accuracy {value:.4f}' if isinstance(value, float) else ''
+      final = json.load(f)
+    selection = final.get('selection') or {}
+    metric = selection.get('metric', 'sequence_accuracy')
+    value = final.get('test', {}).get(metric)
+    if not isinstance(value, int | float):
+      return ''
+    text = f' | test {metric} {value:.4f}'
+    if 'trained_steps' in final:
+      text += f" (step {final['step']} of {final['trained_steps']}"
+      text += ', stopped early)' if selection.get('stopped_early') else ')'
+    return text
 
   def _interrupt(self) -> None:
     """Stops running trials and records them as interrupted (a rerun resumes them)."""
