@@ -17,6 +17,8 @@ measured on the way (test WER / PER; results/README.md has the commands):
   25.89 / 6.13  + a second encoder layer, 24,000 steps (44m28s; eval 26.28 / 6.26)
   25.59 / 6.06  + label smoothing 0.1, 30,000 steps (this config; eval 24.87 / 5.86)
   no gain: beam 10 instead of 5 (eval WER 26.26% vs 26.23% on the 25,000-step run).
+  25.00 / 5.90  model.dtype=bfloat16 (1.1x the steps/s) and 34,000 steps (57m14s; eval
+                25.45 / 6.08: worse on eval, which chooses the recipe, so not adopted)
 Variants (`configs/g2p.py:NAME`):
   smoke   a tiny model for a few steps (tests; still prepares the full dictionary once)
   stress  keep stress digits in the targets (task.keep_stress=True)
