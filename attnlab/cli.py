@@ -11,9 +11,11 @@ where possible. Anything else is a bug in attnlab and keeps its traceback.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
+from collections.abc import Iterator
 from typing import NoReturn
 
 from absl import app, flags
@@ -22,6 +24,20 @@ from ml_collections.config_flags.config_flags import ConfigFileFlagParser
 from attnlab.errors import UserError
 
 EXIT_USER_ERROR = 2
+
+
+@contextlib.contextmanager
+def library_warnings_only() -> Iterator[None]:
+  """absl logging at WARNING while a command runs (orbax's INFO lines are not for its console),
+  restored afterwards, so a command called in-process leaves the caller's verbosity alone."""
+  from absl import logging
+
+  before = logging.get_verbosity()
+  logging.set_verbosity(logging.WARNING)
+  try:
+    yield
+  finally:
+    logging.set_verbosity(before)
 
 
 def fail(message: str) -> NoReturn:

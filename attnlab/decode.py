@@ -38,7 +38,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from attnlab import inference, search
+from attnlab import cli, inference, search
 from attnlab.errors import UserError
 
 CHUNK_LINES = 8192  # lines decoded (and written) together when reading a file or a pipe
@@ -170,12 +170,10 @@ def _decode_stream(decoder, lines, writer: Writer, *, nbest: int, interactive: b
 
 
 def main(argv=None) -> int:
-  from absl import logging
-
   args = _parser().parse_args(argv)
-  logging.set_verbosity(logging.WARNING)  # orbax's INFO lines are not for this console
   try:
-    return _run(args)
+    with cli.library_warnings_only():
+      return _run(args)
   except UserError as e:
     print(f'error: {e}', file=sys.stderr)
     return 2

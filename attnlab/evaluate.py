@@ -336,8 +336,7 @@ def _summary(split: str, step: int, result: dict) -> str:
 
 
 def main(argv=None) -> int:
-  from absl import logging
-
+  from attnlab import cli
   from attnlab.errors import UserError
 
   parser = argparse.ArgumentParser(
@@ -353,12 +352,12 @@ def main(argv=None) -> int:
   parser.add_argument('--max_decode_length', type=int, help='0 = data.max_target_length')
   parser.add_argument('--max_examples', type=int, help='first N examples (0 = all)')
   args = parser.parse_args(argv)
-  logging.set_verbosity(logging.WARNING)  # orbax's INFO lines are not for this console
   try:
-    record, out_dir = evaluate_checkpoint(
-        args.workdir, args.split, checkpoint=args.checkpoint, search=args.search,
-        beam_size=args.beam_size, length_penalty=args.length_penalty,
-        max_decode_length=args.max_decode_length, max_examples=args.max_examples)
+    with cli.library_warnings_only():
+      record, out_dir = evaluate_checkpoint(
+          args.workdir, args.split, checkpoint=args.checkpoint, search=args.search,
+          beam_size=args.beam_size, length_penalty=args.length_penalty,
+          max_decode_length=args.max_decode_length, max_examples=args.max_examples)
   except UserError as e:
     print(f'error: {e}', file=sys.stderr)
     return 2

@@ -342,11 +342,17 @@ def define_flags() -> None:
 
 
 def main(argv):
-  from absl import app, flags, logging
+  from absl import app
 
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
-  logging.set_verbosity(logging.WARNING)  # orbax's INFO lines are not for this console
+  with cli.library_warnings_only():
+    return _serve()
+
+
+def _serve() -> int:
+  from absl import flags
+
   values = flags.FLAGS
   explorer = load_runs(values.workdir, values.checkpoint)
   for label, run in zip(explorer.labels, explorer.runs, strict=True):

@@ -6,8 +6,9 @@ decoding, samples and attention heatmaps) every `train.eval_every`, checkpoints 
 updates the model selection (attnlab.selection): an improvement on the eval split saves the
 best checkpoint, `train.patience` evaluations without one stop the run early, and with
 `optim.schedule=plateau` `optim.plateau_patience` of them cut the learning rate (a cut below
-`optim.plateau_min_scale` stops the run instead). At the end the test split is evaluated with the best checkpoint. A diverging loss stops the run before that
-step is saved (attnlab.divergence).
+`optim.plateau_min_scale` stops the run instead). At the end the test split is evaluated with
+the best checkpoint. A diverging loss stops the run before that step is saved
+(attnlab.divergence).
 
 Rerunning the same command resumes from the latest checkpoint with the same data order and
 selection state; a changed config is refused first (attnlab.workdir). Only process 0 writes

@@ -1,18 +1,18 @@
 """Trial sizes shared by the converged ablations (issue 15): one definition of each.
 
 Every trial trains until its eval metric has converged: model selection on eval
-(train.select_metric auto: G2P WER, translation BLEU, sequence accuracy on synthetic tasks),
-the best checkpoint tested. The learning rate follows `optim.schedule=plateau` (`PLATEAU`):
-constant after warmup, halved after each evaluation without improvement, and the trial stops
-after 3 evaluations in a row without one (so at least two cuts have not helped) or when a fifth
-cut would take it below 1/16 of the peak, as Bahdanau et al. and Luong et al. trained. Without
-that floor the measured G2P trial never stopped: 0.01-0.1-point gains at 1/32-1/64 of the
-peak kept resetting the patience until the step cap (dot x luong, seed 0: best eval WER 30.26%
-at step 18,000 after four cuts, 30.13% at 23,000 after six). A cosine schedule cannot show convergence: its learning rate
-falls until the last step, and the measured runs (results/g2p, results/bible) still gained
-0.8-1.5 points in their last quarter. `train.num_steps` is only a cap. The report checks the
-issue's criterion per trial (attnlab/reporting/convergence.py: early stop, or < 0.3 points
-over the last quarter).
+(train.select_metric auto: G2P WER, translation BLEU, sequence accuracy on synthetic tasks), the
+best checkpoint tested. The learning rate follows `optim.schedule=plateau` (`PLATEAU`): constant
+after warmup, halved after each evaluation without improvement, and the trial stops after 3
+evaluations in a row without one (so at least two cuts have not helped) or when a fifth cut
+would take it below 1/16 of the peak, as Bahdanau et al. and Luong et al. trained. Without that
+floor the measured G2P trial never stopped: 0.01-0.1-point gains at 1/32-1/64 of the peak kept
+resetting the patience until the step cap (dot x luong, seed 0: best eval WER 30.26% at step
+18,000 after four cuts, 30.13% at 23,000 after six). A cosine schedule cannot show convergence:
+its learning rate falls until the last step, and the measured runs (results/g2p, results/bible)
+still gained 0.8-1.5 points in their last quarter. `train.num_steps` is only a cap. The report
+checks the issue's criterion per trial (attnlab/reporting/convergence.py: early stop, or < 0.3
+points over the last quarter).
 
 Sized for 2 CPU cores running one single-threaded trial per core
 (XLA_FLAGS=--xla_cpu_multi_thread_eigen=false, --parallel=2); on an accelerator raise the
