@@ -35,7 +35,7 @@ import zlib
 import jax
 import numpy as np
 
-from attnlab import data, distributed, metrics, search, steps
+from attnlab import data, distributed, interrupt, metrics, search, steps
 from attnlab.config import RunConfig
 from attnlab.models import EOS_ID, PAD_ID
 from attnlab.parallel import DataParallel
@@ -159,6 +159,7 @@ class Evaluator:
     total = sum(int(b['weight'].sum()) for b in batches) * jax.process_count()
     progress = DecodeProgress(split, total, every_s=self.progress_every_s)
     for batch in batches:
+      interrupt.check()  # decoding a large split takes minutes: stop between batches
       out = self._decode(params, batch['source'],
                          max_length=self.max_decode_length(batch['target'].shape[1]))
       # Each process decoded its share of the global batch (same shapes on all processes);

@@ -6,12 +6,10 @@ The libraries' INFO logs go to the workdir's train.log; `--verbosity=0` (absl's 
 them here too. A user's mistake prints one `error: ...` line and exits with status 2.
 """
 
-import signal
-
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from attnlab import cli, console, distributed, parallel, train
+from attnlab import cli, console, distributed, interrupt, parallel, train
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Config file (path.py[:variant]).',
                                           lock_config=True)
@@ -27,10 +25,6 @@ _PROCESS_ID = flags.DEFINE_integer('process_id', -1, 'explicit: this process ind
 flags.mark_flags_as_required(['config', 'workdir'])
 
 
-def _interrupt(signum, frame):
-  raise KeyboardInterrupt(f'signal {signum}')
-
-
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
@@ -41,8 +35,7 @@ def main(argv):
   console.route_library_logs(verbose)
   # SIGTERM (a scheduler, the sweep runner) unwinds like Ctrl-C: pending checkpoint writes
   # finish and run_times.jsonl records the attempt. Set before JAX's own multi-host handler.
-  if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-    signal.signal(signal.SIGTERM, _interrupt)
+  interrupt.install()
   distributed.initialize(_DISTRIBUTED.value, coordinator=_COORDINATOR.value,
                          num_processes=_NUM_PROCESSES.value, process_id=_PROCESS_ID.value)
   try:

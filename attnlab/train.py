@@ -29,7 +29,17 @@ import jax
 import ml_collections
 import numpy as np
 
-from attnlab import checkpoint, console, data, divergence, metrics, optim, steps, writers
+from attnlab import (
+  checkpoint,
+  console,
+  data,
+  divergence,
+  interrupt,
+  metrics,
+  optim,
+  steps,
+  writers,
+)
 from attnlab import config as config_lib
 from attnlab import workdir as workdir_lib
 from attnlab.divergence import DivergenceError, NonFiniteLossError  # noqa: F401 (callers)
@@ -128,7 +138,9 @@ def setup(config: ml_collections.ConfigDict, workdir: str, allow_config_change=(
                           patience=cfg.train.patience, plateau_patience=plateau)
   start, data_state = 0, {}
   restored = ckpt.restore_or_none(target_state=state)
-  if restored is not None:
+  if restored is None:  # a killed first attempt's best steps belong to no saved state
+    ckpt.resume_best(0, None)
+  else:
     state, data_state, start = restored
     logging.info('resumed from step %d (data position %s)', start, data_state)
     if selection is not None:
@@ -252,6 +264,7 @@ def train_loop(run: Run, state: steps.TrainState, batches, start: int):
 
   end = start if run.stopped_early else cfg.train.num_steps  # rerun of an early-stopped run
   for step in range(start + 1, end + 1):
+    interrupt.check()  # a Ctrl-C / SIGTERM that arrived inside a finaliser stops here
     p_state, sums = train_step(p_state, parallel.shard_batch(next(batches)), dropout_key)
     run.step = step
     if log_due is not None:  # fetched only after the next step was dispatched
@@ -347,6 +360,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
       outcome = 'stopped early' if run.stopped_early else 'finished'
     except BaseException as e:
       outcome = 'interrupted' if isinstance(e, KeyboardInterrupt) else f'failed: {type(e).__name__}'
+      interrupt.reset()  # this stop answered the signal; a later run in this process starts clean
       logging.info('the run stopped: %s', outcome, exc_info=True)  # the traceback: log file only
       raise
     finally:  # on errors too: finish pending checkpoint writes, so no good state is lost

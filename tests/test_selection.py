@@ -218,3 +218,26 @@ def test_a_cut_below_the_plateau_floor_ends_the_run_also_on_a_rerun(tmp_path, mo
   assert _final(workdir)['trained_steps'] == 5
   assert sum(json.loads(line)['split'] == 'train'
              for line in open(os.path.join(workdir, 'metrics.jsonl'))) == 5
+
+
+def test_a_run_killed_before_its_first_checkpoint_starts_again_cleanly(tmp_path, monkeypatch):
+  # eval every step, checkpoints only at the end: the killed attempt leaves best/1 and best/2
+  # (pruned only by a latest save) and no latest step, so the rerun starts from step 0 and
+  # must not trip over those best steps.
+  overrides = {'train.num_steps': 4, 'train.eval_every': 1, 'train.log_every': 1,
+               'train.checkpoint_every': 100, 'task.num_eval_examples': 16}
+  values = {1: 0.1, 2: 0.5, 3: 0.4, 4: 0.3}
+  workdir = str(tmp_path / 'run')
+  script_eval_metric(monkeypatch, values, {})
+  die_before_step(monkeypatch, 3)
+  with pytest.raises(KeyboardInterrupt):
+    train.train_and_evaluate(smoke_config(**overrides), workdir)
+  assert sorted(os.listdir(os.path.join(workdir, 'checkpoints', 'best'))) == ['1', '2']
+  monkeypatch.undo()
+  tested = {}
+  script_eval_metric(monkeypatch, values, tested)
+  train.train_and_evaluate(smoke_config(**overrides), workdir)
+  assert _final(workdir)['step'] == 2 and list(tested) == [2]
+  times = [json.loads(line) for line in open(os.path.join(workdir, train.RUN_TIMES))]
+  assert [t['outcome'] for t in times] == ['interrupted', 'finished']
+  assert times[-1]['first_step'] == 0
