@@ -18,6 +18,7 @@ def installed():
   hook = sys.unraisablehook
   sys.unraisablehook = lambda unraisable: seen.append(unraisable.exc_value)
   signal.signal(signal.SIGTERM, signal.SIG_DFL)
+  signal.signal(signal.SIGINT, signal.default_int_handler)  # nohup / CI start with SIG_IGN
   interrupt.install()
   yield seen
   sys.unraisablehook = hook
