@@ -38,7 +38,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from attnlab import cli, inference, search
+from attnlab import cli, compilation_cache, inference, search
 from attnlab.errors import UserError
 
 CHUNK_LINES = 8192  # lines decoded (and written) together when reading a file or a pipe
@@ -171,6 +171,7 @@ def _decode_stream(decoder, lines, writer: Writer, *, nbest: int, interactive: b
 
 def main(argv=None) -> int:
   args = _parser().parse_args(argv)
+  compilation_cache.enable()
   try:
     with cli.library_warnings_only():
       return _run(args)

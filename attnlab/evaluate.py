@@ -337,7 +337,7 @@ def _summary(split: str, step: int, result: dict) -> str:
 
 
 def main(argv=None) -> int:
-  from attnlab import cli
+  from attnlab import cli, compilation_cache
   from attnlab.errors import UserError
 
   parser = argparse.ArgumentParser(
@@ -353,6 +353,7 @@ def main(argv=None) -> int:
   parser.add_argument('--max_decode_length', type=int, help='0 = data.max_target_length')
   parser.add_argument('--max_examples', type=int, help='first N examples (0 = all)')
   args = parser.parse_args(argv)
+  compilation_cache.enable()
   try:
     with cli.library_warnings_only():
       record, out_dir = evaluate_checkpoint(

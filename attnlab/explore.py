@@ -45,7 +45,7 @@ import traceback
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
-from attnlab import cli, explore_page, inference
+from attnlab import cli, compilation_cache, explore_page, inference
 from attnlab.errors import UserError
 from attnlab.reporting import html, html_heatmaps
 
@@ -346,6 +346,7 @@ def main(argv):
 
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  compilation_cache.enable()
   with cli.library_warnings_only():
     return _serve()
 

@@ -9,7 +9,7 @@ them here too. A user's mistake prints one `error: ...` line and exits with stat
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from attnlab import cli, console, distributed, interrupt, parallel, train
+from attnlab import cli, compilation_cache, console, distributed, interrupt, parallel, train
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Config file (path.py[:variant]).',
                                           lock_config=True)
@@ -29,6 +29,7 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   parallel.tune_host_allocator()  # before JAX starts its threads; see benchmarks/OPTIMISATIONS.md
+  compilation_cache.enable()  # a resumed run or another seed compiles nothing again
   verbose = flags.FLAGS['verbosity'].present  # absl's -v / --verbosity on the command line
   if not verbose:
     logging.set_verbosity(logging.INFO)  # INFO reaches the log file, not the console

@@ -1,10 +1,19 @@
 """Test-wide JAX settings: CPU, strict rank promotion, 8 host devices for parallel tests."""
 
+import atexit
 import os
+import shutil
+import tempfile
 
 # Must happen before jax is imported anywhere: parallel tests need 8 CPU devices.
 os.environ.setdefault('XLA_FLAGS', '--xla_force_host_platform_device_count=8')
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
+# One compilation cache for the session and the CLI processes it starts (they inherit the
+# environment): the end-to-end tests build the same smoke models again and again, so each
+# distinct program compiles once. A fresh folder: no test depends on an earlier session.
+_COMPILATION_CACHE = tempfile.mkdtemp(prefix='attnlab-tests-xla-cache-')
+atexit.register(shutil.rmtree, _COMPILATION_CACHE, ignore_errors=True)
+os.environ.setdefault('JAX_COMPILATION_CACHE_DIR', _COMPILATION_CACHE)
 
 import jax  # noqa: E402
 import pytest  # noqa: E402

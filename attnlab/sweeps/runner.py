@@ -9,9 +9,9 @@ Per trial directory DIR/NAME the runner keeps, next to what `attnlab.main` write
                       'error_tail' (the last lines of the log), 'config', 'overrides'}
   sweep_log.txt      stdout and stderr of every attempt, appended
 A trial is finished when its final_metrics.json exists. Anything else is (re)started; the
-training loop resumes it from its latest checkpoint. Trials share JAX's persistent compilation
-cache in DIR/jax_cache (unless JAX_COMPILATION_CACHE_DIR is set), so the seeds of a variant
-compile its programs once.
+training loop resumes it from its latest checkpoint. Each trial's `attnlab.main` keeps what it
+compiles in the per-user compilation cache (attnlab/compilation_cache.py), so the seeds of a
+variant compile its programs once.
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ from attnlab.sweeps.trials import PROJECT_ROOT, SweepError, Trial
 STATUS_FILE = 'sweep_status.json'
 LOG_FILE = 'sweep_log.txt'
 FINAL_FILE = 'final_metrics.json'
-CACHE_ENV, CACHE_DIR = 'JAX_COMPILATION_CACHE_DIR', 'jax_cache'
 SLURM_SUBMIT = os.path.join(PROJECT_ROOT, 'launch', 'slurm_sweep.sh')
 _TAIL_LINES = 30
 _ERROR_LINE = re.compile(r'^(\w+\.)*\w*(Error|Exception|Exit|Interrupt)\b|^FATAL|^Killed')
@@ -133,13 +132,11 @@ def duration(seconds: float) -> str:
   return f'{hours}h{minutes:02d}m{secs:02d}s' if hours else f'{minutes}m{secs:02d}s'
 
 
-def subprocess_env(workdir: str) -> dict:
+def subprocess_env() -> dict:
   env = dict(os.environ)
   # Config files import `configs.base`; trials must find it from any working directory.
   env['PYTHONPATH'] = os.pathsep.join(p for p in (PROJECT_ROOT, env.get('PYTHONPATH')) if p)
   env['PYTHONUNBUFFERED'] = '1'
-  # Seeds of one variant compile the same programs: JAX's persistent cache compiles them once.
-  env.setdefault(CACHE_ENV, os.path.join(os.path.abspath(workdir), CACHE_DIR))
   return env
 
 
@@ -242,7 +239,7 @@ class LocalRunner:
         command,
         stdout=log,
         stderr=subprocess.STDOUT,
-        env=subprocess_env(self.workdir),
+        env=subprocess_env(),
         cwd=os.getcwd(),
       )
     write_status(
