@@ -19,6 +19,8 @@ measured on the way (test WER / PER; results/README.md has the commands):
   no gain: beam 10 instead of 5 (eval WER 26.26% vs 26.23% on the 25,000-step run).
   25.00 / 5.90  model.dtype=bfloat16 (1.1x the steps/s) and 34,000 steps (57m14s; eval
                 25.45 / 6.08: worse on eval, which chooses the recipe, so not adopted)
+  25.13 / 6.03  bfloat16, a second decoder layer, 24,000 steps (55m59s; eval 25.04 / 5.95:
+                not adopted either)
 Variants (`configs/g2p.py:NAME`):
   smoke   a tiny model for a few steps (tests; still prepares the full dictionary once)
   stress  keep stress digits in the targets (task.keep_stress=True)
