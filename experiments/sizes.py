@@ -50,7 +50,6 @@ G2P_RNN = {
   'model.dtype': 'float32',  # whatever the recipe computes in: the ablations stay in float32
   'model.hidden_size': 128,
   'model.encoder_layers': 1,
-  'model.decoder_layers': 1,
   'train.label_smoothing': 0.0,
   **PLATEAU,
   'train.num_steps': 24_000,
