@@ -241,8 +241,11 @@ def test_a_directory_of_another_config_is_not_reused(tmp_path):
   sweep_runner.write_status(directory, {'config': SMOKE, 'overrides': {'seed': 0}})
   sweep_runner.check_same_trial(directory, trial)  # the same trial: fine
   changed = Trial(trial.name, SMOKE, {'seed': 0}, {'train.num_steps': 9})
-  with pytest.raises(SweepError, match='use a new --workdir'):
+  with pytest.raises(SweepError, match=r'\(train.num_steps \(unset\) -> 9\); use a new --workdir'):
     sweep_runner.check_same_trial(directory, changed)
+  sweep_runner.write_status(directory, {'config': 'configs/a.py', 'overrides': {'seed': 1}})
+  with pytest.raises(SweepError, match=r'\(config configs/a.py -> .*, seed 1 -> 0\)'):
+    sweep_runner.check_same_trial(directory, trial)
 
 
 def test_error_summary_finds_the_exception_line():

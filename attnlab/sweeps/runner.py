@@ -84,15 +84,30 @@ def _identity(trial: Trial) -> dict:
   return json.loads(json.dumps({'config': trial.config, 'overrides': trial.all_overrides()}))
 
 
+_UNSET = object()
+
+
+def _shown(overrides: dict, key: str) -> str:
+  return repr(overrides[key]) if key in overrides else '(unset)'
+
+
 def check_same_trial(directory: str, trial: Trial) -> None:
   """Refuses to reuse a directory that a trial with another config (BASE, FIXED) wrote."""
   status = read_status(directory)
-  if status and {k: status.get(k) for k in ('config', 'overrides')} != _identity(trial):
-    raise SweepError(
-      f'{directory} was run with config {status.get("config")} and overrides '
-      f'{status.get("overrides")}, but the experiment now gives {trial.config} and '
-      f'{trial.all_overrides()}; use a new --workdir or delete that directory'
-    )
+  now = _identity(trial)
+  if not status or {k: status.get(k) for k in now} == now:
+    return
+  changes = []
+  if status.get('config') != now['config']:
+    changes.append(f'config {status.get("config")} -> {now["config"]}')
+  before, after = status.get('overrides') or {}, now['overrides']
+  for key in sorted(set(before) | set(after)):
+    if before.get(key, _UNSET) != after.get(key, _UNSET):
+      changes.append(f'{key} {_shown(before, key)} -> {_shown(after, key)}')
+  raise SweepError(
+    f'{directory} was run with other settings than the experiment now gives '
+    f'({", ".join(changes)}); use a new --workdir or delete that directory'
+  )
 
 
 def error_summary(tail: Sequence[str]) -> str:
