@@ -169,10 +169,7 @@ def bleu_chrf(
       number may vary between sources).
     tokenize: sacrebleu's BLEU tokenizer ('13a' is its default; 'none' for pre-split text).
   """
-  _check_pairs('bleu_chrf', hyps, refs)
-  per_source = [[r] if isinstance(r, str) else list(r) for r in refs]
-  if not all(per_source) or not all(isinstance(h, str) for h in hyps):
-    raise ValueError('bleu_chrf: hyps must be strings and every source needs a reference string')
+  per_source = _references_per_source('bleu_chrf', hyps, refs)
   # sacrebleu takes reference *streams* (the k-th reference of every source); None marks a
   # source with fewer references.
   num_streams = max(len(r) for r in per_source)
@@ -180,6 +177,49 @@ def bleu_chrf(
   bleu = sacrebleu.corpus_bleu(list(hyps), streams, tokenize=tokenize)
   chrf = sacrebleu.corpus_chrf(list(hyps), streams)
   return {'bleu': float(bleu.score), 'chrf': float(chrf.score)}
+
+
+# bleu_statistics() columns: hypothesis length, closest reference length, matching n-grams for
+# n = 1..4, hypothesis n-grams for n = 1..4.
+BLEU_STATISTICS = 10
+
+
+def bleu_statistics(
+  hyps: Sequence[str], refs: Sequence[str] | Sequence[Sequence[str]], *, tokenize: str = '13a'
+) -> np.ndarray:
+  """Per-sentence sufficient statistics of corpus BLEU (N x BLEU_STATISTICS integers).
+
+  Corpus BLEU of any subset of the sentences, or of a resample with repeats, is
+  `bleu_from_statistics` of the sum of their rows: the paired bootstrap of BLEU tokenizes once.
+  Arguments as `bleu_chrf`.
+  """
+  per_source = _references_per_source('bleu_statistics', hyps, refs)
+  # effective_order only changes a sentence's own score (unused here) and quiets sacrebleu's
+  # warning about sentence-level BLEU; the counts are the corpus statistics either way.
+  bleu = sacrebleu.metrics.BLEU(tokenize=tokenize, effective_order=True)
+  rows = []
+  for hyp, references in zip(hyps, per_source, strict=True):
+    s = bleu.sentence_score(hyp, references)
+    rows.append([s.sys_len, s.ref_len, *s.counts, *s.totals])
+  return np.asarray(rows, np.int64).reshape(len(rows), BLEU_STATISTICS)
+
+
+def bleu_from_statistics(sums: Sequence[int]) -> float:
+  """Corpus BLEU (0-100) from summed `bleu_statistics` rows, smoothed as sacrebleu's corpus
+  BLEU is (its default 'exp' method)."""
+  sys_len, ref_len, *ngrams = (int(x) for x in sums)
+  score = sacrebleu.metrics.BLEU.compute_bleu(
+    ngrams[:4], ngrams[4:], sys_len, ref_len, smooth_method='exp'
+  )
+  return float(score.score)
+
+
+def _references_per_source(name: str, hyps, refs) -> list[list[str]]:
+  _check_pairs(name, hyps, refs)
+  per_source = [[r] if isinstance(r, str) else list(r) for r in refs]
+  if not all(per_source) or not all(isinstance(h, str) for h in hyps):
+    raise ValueError(f'{name}: hyps must be strings and every source needs a reference string')
+  return per_source
 
 
 def by_length_bucket(

@@ -7,6 +7,7 @@ import os
 import numpy as np
 import pytest
 
+from attnlab import metrics
 from attnlab.reporting import heatmaps
 from attnlab.reporting import stats as report_stats
 from attnlab.reporting import sweep_report as report
@@ -159,8 +160,10 @@ GOLDEN_MD = """\
 0 not finished.
 
 Test split. Metrics: mean ± std over finished seeds. Δ: exact-match accuracy minus the best \
-variant's, with a 95% interval and two-sided p-value from a paired bootstrap (2000 resamples of \
-test examples, paired by seed and example).
+variant's (corpus BLEU minus the best's where variants are ranked by BLEU), with a 95% interval \
+and two-sided p-value from a paired bootstrap (2000 resamples of test examples, paired by seed \
+and example). Beyond seeds: the means differ by more than the two seed stds added (their mean ± \
+std ranges do not overlap).
 
 Converged: early stopping fired, or the best-so-far dev selection metric moved less than 0.3 \
 points (percentage points for rates, BLEU/chrF points) over the last 25% of training. Tested \
@@ -170,15 +173,15 @@ on best: the test split was evaluated with the trial's best dev checkpoint.
 
 Best by test sequence_accuracy (higher is better).
 
-| variant | seeds | converged | sequence_accuracy | Δ vs best [95% CI] | p | attention_entropy | \
-alignment_error_rate | params | tokens/s | wall/trial |
-|---|---|---|---|---|---|---|---|---|---|---|
-| timing=luong | 2/2 | 2/2 | 0.875 ± 0.177 | best |  | 0.600 ± 0.141 | 0.150 ± 0.071 | 1,200 \
-| 500 | 1m10s |
-| timing=bahdanau | 2/2 | 2/2 | 0.875 ± 0.177 | +0.000 [+0.000, +0.000] | 1.000 | 1.100 ± 0.141 \
-| 0.400 ± 0.141 | 1,100 | 300 | 1m45s |
-| timing=none | 1/2 (1 failed) | 1/1 | 0.000 | -1.000 [-1.000, -1.000] | <0.0005 | – | – | \
-800 | 1,500 | 0m30s |
+| variant | seeds | converged | sequence_accuracy | Δ vs best [95% CI] | p | beyond seeds | \
+attention_entropy | alignment_error_rate | params | tokens/s | wall/trial |
+|---|---|---|---|---|---|---|---|---|---|---|---|
+| timing=luong | 2/2 | 2/2 | 0.875 ± 0.177 | best |  |  | 0.600 ± 0.141 | 0.150 ± 0.071 | \
+1,200 | 500 | 1m10s |
+| timing=bahdanau | 2/2 | 2/2 | 0.875 ± 0.177 | +0.000 [+0.000, +0.000] | 1.000 | no | 1.100 ± \
+0.141 | 0.400 ± 0.141 | 1,100 | 300 | 1m45s |
+| timing=none | 1/2 (1 failed) | 1/1 | 0.000 | -1.000 [-1.000, -1.000] | <0.0005 | – | – | – \
+| 800 | 1,500 | 0m30s |
 
 ![metric](plots/reverse-metric.png)
 
@@ -293,13 +296,60 @@ def test_paired_bootstrap_matches_the_normal_approximation():
     report_stats.paired_bootstrap(a, b[:10])
 
 
-def _variant(label, predictions_by_seed, metric_by_seed=None):
+def _variant(label, predictions_by_seed, metric_by_seed=None, *, metric='wer', outputs=None):
   results = []
   for seed, predictions in predictions_by_seed.items():
     trial = report.Trial(f'{label},seed={seed}', 'c.py', {'x': label, 'seed': seed}, {})
-    test = {'wer': (metric_by_seed or {}).get(seed, 0.5)}
-    results.append(report.TrialResult(trial, '', 'finished', {}, {'test': test}, [], predictions))
+    final = {'test': {metric: (metric_by_seed or {}).get(seed, 0.5)}}
+    final['selection'] = {'metric': metric}
+    texts = (outputs or {}).get(seed)
+    results.append(report.TrialResult(trial, '', 'finished', {}, final, [], predictions, texts))
   return report.Variant('c.py', label, {'x': label}, results)
+
+
+def test_the_bleu_bootstrap_resamples_sentences_of_both_systems_together():
+  rng = np.random.default_rng(2)
+  words = 'in the beginning god created heaven and earth was without form void'.split()
+  refs = [' '.join(rng.choice(words, rng.integers(4, 14))) for _ in range(300)]
+  # b is the reference itself on every third sentence and noise elsewhere, a noise everywhere.
+  noise = lambda r: ' '.join(w if rng.random() < 0.5 else 'x' for w in r.split())
+  a = [noise(r) for r in refs]
+  b = [r if i % 3 == 0 else noise(r) for i, r in enumerate(refs)]
+  sa, sb = metrics.bleu_statistics(a, refs), metrics.bleu_statistics(b, refs)
+  out = report_stats.paired_bootstrap_bleu(sa, sb, samples=500)
+  expected = metrics.bleu_chrf(b, refs)['bleu'] - metrics.bleu_chrf(a, refs)['bleu']
+  assert out['delta'] == pytest.approx(expected, abs=1e-9) and expected > 5
+  assert out['ci_low'] < out['delta'] < out['ci_high'] and out['ci_low'] > 0
+  assert out['p_value'] < 0.01 and out['n'] == 300
+  same = report_stats.paired_bootstrap_bleu(sa, sa, samples=50)
+  assert (same['delta'], same['ci_low'], same['ci_high'], same['p_value']) == (0, 0, 0, 1)
+  with pytest.raises(ValueError, match='equal N x 10'):
+    report_stats.paired_bootstrap_bleu(sa, sb[:10])
+
+
+def test_translation_variants_are_ranked_and_tested_by_bleu():
+  good = {0: ('a b c d e', ['a b c d e']), 1: ('f g h i', ['f g h i'])}
+  poor = {0: ('a b c x e', ['a b c d e']), 1: ('f x h i', ['f g h i'])}
+  best = _variant(
+    'good', {0: {}, 1: {}}, {0: 40.0, 1: 42.0}, metric='bleu', outputs={0: good, 1: good}
+  )
+  other = _variant(
+    'poor', {0: {}, 1: {}}, {0: 20.0, 1: 21.0}, metric='bleu', outputs={0: poor, 1: poor}
+  )
+  assert report_stats.primary_metric([best, other], 'auto') == 'bleu'
+  assert report_stats.rank([other, best], 'bleu') is best  # higher BLEU is better
+  [(label, test)] = report_stats.significance([best, other], best, 'bleu').items()
+  pooled = lambda out: metrics.bleu_chrf(
+    [h for _, (h, _) in sorted(out.items())] * 2, [r for _, (_, r) in sorted(out.items())] * 2
+  )['bleu']
+  assert label == 'poor' and test['n'] == 4  # two sentences of each of the two seeds
+  assert test['delta'] == pytest.approx(pooled(poor) - pooled(good), abs=1e-9)
+
+
+def test_beyond_seed_spread_compares_the_gap_with_both_stds():
+  assert report_stats.beyond_seed_spread((30.0, 0.4), (31.0, 0.5)) is True  # 1.0 > 0.9
+  assert report_stats.beyond_seed_spread((30.0, 0.5), (31.0, 0.5)) is False  # 1.0 = 1.0
+  assert report_stats.beyond_seed_spread((30.0, None), (35.0, 0.1)) is None  # one seed
 
 
 def test_pairs_only_shared_seeds_and_examples():

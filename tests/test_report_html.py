@@ -191,6 +191,7 @@ def test_tables_sort_numbers_as_numbers(tmp_path):
     'sequence_accuracy',
     'Δ vs best [95% CI]',
     'p',
+    'beyond seeds',
     'attention_entropy',
     'alignment_error_rate',
     'params',
@@ -199,7 +200,7 @@ def test_tables_sort_numbers_as_numbers(tmp_path):
   ]
   assert [row[0][0] for row in table['rows']] == ['timing=luong', 'timing=bahdanau', 'timing=none']
   none = {h: a.get('data-sort') for h, (_, a) in zip(table['head'], table['rows'][2], strict=True)}
-  # '1/2 (1 failed)', '0.000', '-1.000 [...]', '<0.0005', '–', '–', '800', '1,500', '0m30s'
+  # '1/2 (1 failed)', '0.000', '-1.000 [...]', '<0.0005', '–', '–', '–', '800', '1,500', '0m30s'
   assert none == {
     'variant': None,
     'seeds': '1.0',
@@ -207,6 +208,7 @@ def test_tables_sort_numbers_as_numbers(tmp_path):
     'sequence_accuracy': '0.0',
     'Δ vs best [95% CI]': '-1.0',
     'p': '0.0005',
+    'beyond seeds': None,
     'attention_entropy': None,
     'alignment_error_rate': None,
     'params': '800.0',

@@ -1,15 +1,19 @@
 """Which variant is best, and is the difference real: ranking and paired bootstrap tests.
 
-Variants (attnlab/report.py) are compared with the best one of their group on per-example
-exact-match correctness of the test split, paired by seed and example index: a synthetic
-task's test set depends on the seed, and the same seed gives every variant the same examples.
-The paired bootstrap (Koehn 2004) resamples those pairs with replacement.
+Variants (reporting/sweep_report.py) are compared with the best one of their group on the test
+split, paired by seed and example index: a synthetic task's test set depends on the seed, and
+the same seed gives every variant the same examples. The paired bootstrap (Koehn 2004)
+resamples those pairs with replacement: per-example exact-match correctness, or, where the
+variants are ranked by BLEU, corpus BLEU of the resampled sentences (its statistics summed, as
+BLEU is not a mean over sentences). Beside it, `beyond_seed_spread` says whether two variants'
+means differ by more than their seed standard deviations added.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from attnlab import metrics
 from attnlab.sweeps.trials import SEED_KEY
 
 BOOTSTRAP_SAMPLES = 2000
@@ -30,21 +34,68 @@ def paired_bootstrap(a, b, *, samples: int = BOOTSTRAP_SAMPLES, seed: int = 0) -
   diff = b - a
   rng = np.random.default_rng(seed)
   means = np.array([diff[rng.integers(0, diff.size, diff.size)].mean() for _ in range(samples)])
-  p = min(1.0, 2.0 * min(np.mean(means <= 0.0), np.mean(means >= 0.0)))
-  low, high = np.percentile(means, [2.5, 97.5])
+  return _summary(float(diff.mean()), means, diff.size)
+
+
+def paired_bootstrap_bleu(a, b, *, samples: int = BOOTSTRAP_SAMPLES, seed: int = 0) -> dict:
+  """Paired bootstrap of corpus BLEU(b) - BLEU(a): `a`, `b` are N x BLEU_STATISTICS rows of
+  `metrics.bleu_statistics` for the same N sentences; both systems get the same resamples.
+  Returns what `paired_bootstrap` does, in BLEU points."""
+  a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
+  if a.shape != b.shape or a.ndim != 2 or not a.shape[0] or a.shape[1] != metrics.BLEU_STATISTICS:
+    raise ValueError(
+      f'paired_bootstrap_bleu: need two equal N x {metrics.BLEU_STATISTICS} arrays, got '
+      f'{a.shape} and {b.shape}'
+    )
+  n = a.shape[0]
+  rng = np.random.default_rng(seed)
+  draws = rng.multinomial(n, np.full(n, 1.0 / n), size=samples)  # times each sentence is drawn
+  deltas = np.array(
+    [
+      metrics.bleu_from_statistics(y) - metrics.bleu_from_statistics(x)
+      for x, y in zip(draws @ a, draws @ b, strict=True)
+    ]
+  )
+  delta = metrics.bleu_from_statistics(b.sum(0)) - metrics.bleu_from_statistics(a.sum(0))
+  return _summary(delta, deltas, n)
+
+
+def _summary(delta: float, resampled, n: int) -> dict:
+  p = min(1.0, 2.0 * min(np.mean(resampled <= 0.0), np.mean(resampled >= 0.0)))
+  low, high = np.percentile(resampled, [2.5, 97.5])
   return {
-    'delta': float(diff.mean()),
+    'delta': float(delta),
     'ci_low': float(low),
     'ci_high': float(high),
     'p_value': float(p),
-    'n': int(diff.size),
+    'n': int(n),
   }
+
+
+def beyond_seed_spread(a: tuple[float, float | None], b: tuple[float, float | None]) -> bool | None:
+  """Whether two (mean, seed std) differ by more than the stds added (their mean +- std ranges
+  do not overlap); None when either has a single seed."""
+  if a is None or b is None or a[1] is None or b[1] is None:
+    return None
+  return abs(a[0] - b[0]) > a[1] + b[1]
 
 
 def paired_correctness(best, other) -> tuple[list[bool], list[bool]]:
   """Correctness of both variants on the test examples they share, seed by seed."""
+  return _paired(best, other, 'predictions')
+
+
+def paired_bleu_statistics(best, other) -> tuple[list, list]:
+  """`metrics.bleu_statistics` rows of both variants on the test sentences they share."""
+  return _paired(best, other, 'bleu_statistics')
+
+
+def _paired(best, other, field: str) -> tuple[list, list]:
+  # field: a TrialResult attribute, {example index: value} or None
   by_seed = lambda v: {
-    r.trial.overrides.get(SEED_KEY): r.predictions for r in v.finished if r.predictions is not None
+    r.trial.overrides.get(SEED_KEY): getattr(r, field)
+    for r in v.finished
+    if getattr(r, field) is not None
   }
   mine, theirs = by_seed(best), by_seed(other)
   a, b = [], []
@@ -65,19 +116,34 @@ def rank(variants: list, metric: str):
 
 
 def primary_metric(variants: list, requested: str) -> str:
-  """`requested`, or for 'auto': WER where the task reports it, else sequence accuracy."""
+  """`requested`, or for 'auto': the metric the trials were selected on (final_metrics.json
+  `selection`: WER for G2P, BLEU for translation), else WER where the task reports it, else
+  sequence accuracy."""
   if requested != 'auto':
     return requested
+  selected = {
+    ((r.final or {}).get('selection') or {}).get('metric') for v in variants for r in v.finished
+  }
+  if len(selected) == 1 and None not in selected:
+    metric = selected.pop()
+    if any(v.values(metric) for v in variants):
+      return metric
   return 'wer' if any(v.values('wer') for v in variants) else 'sequence_accuracy'
 
 
-def significance(variants: list, best) -> dict[str, dict]:
-  """Variant label -> paired bootstrap of that variant against `best` (none for `best`)."""
+def significance(variants: list, best, metric: str) -> dict[str, dict]:
+  """Variant label -> paired bootstrap of that variant against `best` (none for `best`): of
+  corpus BLEU when `metric` is BLEU, else of exact-match correctness."""
+  pairs, test = (
+    (paired_bleu_statistics, paired_bootstrap_bleu)
+    if metric == 'bleu'
+    else (paired_correctness, paired_bootstrap)
+  )
   out = {}
   for v in variants:
     if best is None or v is best:
       continue
-    a, b = paired_correctness(best, v)
+    a, b = pairs(best, v)
     if a:
-      out[v.label] = paired_bootstrap(a, b)
+      out[v.label] = test(a, b)
   return out

@@ -14,7 +14,9 @@ checkpoint; a variant with a trial that did not converge is marked and named und
 
 Significance (reporting/stats.py): each variant against the best one of its group by a
 paired bootstrap of per-example exact-match correctness, read from each trial's
-predictions_test.jsonl ({"index": i, "correct": true} per line). Plots
+predictions_test.jsonl ({"index": i, "correct": true} per line), or of corpus BLEU of its
+"hypothesis" and "references" where the group is ranked by BLEU; and whether the gap between
+the means exceeds the two seed stds added. Plots
 (reporting/plots.py) go to DIR/plots/. DIR/report.html (reporting/html.py) is results.md
 as one self-contained page: sortable tables, the plots inline, hoverable attention heatmaps.
 """
@@ -33,12 +35,13 @@ import statistics
 import numpy as np
 from absl import app, flags
 
-from attnlab import cli
+from attnlab import cli, metrics
 from attnlab.reporting import convergence, html, html_heatmaps
 from attnlab.reporting import plots as report_plots
 from attnlab.reporting.stats import (
   BOOTSTRAP_SAMPLES,
   LOWER_IS_BETTER,
+  beyond_seed_spread,
   primary_metric,
   rank,
   significance,
@@ -54,7 +57,8 @@ ATTENTION_METRICS = ('attention_entropy', 'alignment_error_rate')
 _METRIC = flags.DEFINE_string(
   'metric',
   'auto',
-  'Test metric that ranks variants (auto: wer where the task reports it, else sequence_accuracy).',
+  'Test metric that ranks variants (auto: the metric the trials were selected on, e.g. wer for '
+  'G2P and bleu for translation; else wer where reported, else sequence_accuracy).',
 )
 
 
@@ -69,6 +73,17 @@ class TrialResult:
   final: dict | None  # final_metrics.json
   events: list[dict]  # metrics.jsonl, last entry per (step, split), sorted by step
   predictions: dict[int, bool] | None  # test example index -> correct
+  outputs: dict[int, tuple[str, list[str]]] | None = None  # index -> (hypothesis, references)
+
+  @functools.cached_property
+  def bleu_statistics(self) -> dict[int, np.ndarray] | None:
+    """Test example index -> its `metrics.bleu_statistics` row (the BLEU bootstrap's input)."""
+    if not self.outputs:
+      return None
+    indices = sorted(self.outputs)
+    hyps = [self.outputs[i][0] for i in indices]
+    rows = metrics.bleu_statistics(hyps, [self.outputs[i][1] for i in indices])
+    return dict(zip(indices, rows, strict=True))
 
   @property
   def test(self) -> dict:
@@ -166,6 +181,13 @@ def read_trial(workdir: str, trial: Trial) -> TrialResult:
   }
   rows = read_jsonl(os.path.join(directory, PREDICTIONS))
   predictions = {int(r['index']): bool(r['correct']) for r in rows} if rows else None
+  # Detokenized text of the translation tasks: the BLEU bootstrap reads it.
+  texts = rows and all(isinstance(r.get('hypothesis'), str) for r in rows)
+  outputs = (
+    {int(r['index']): (r['hypothesis'], r.get('references') or [r['reference']]) for r in rows}
+    if texts
+    else None
+  )
   return TrialResult(
     trial,
     directory,
@@ -174,6 +196,7 @@ def read_trial(workdir: str, trial: Trial) -> TrialResult:
     final,
     sorted(events.values(), key=lambda e: e.get('step', 0)),
     predictions,
+    outputs,
   )
 
 
@@ -213,7 +236,8 @@ def _columns(variants: list[Variant], metric: str) -> list[str]:
 
 def group_table(variants: list[Variant], metric: str, best, tests) -> list[str]:
   columns = _columns(variants, metric)
-  head = ['variant', 'seeds', 'converged', columns[0], 'Δ vs best [95% CI]', 'p', *columns[1:]]
+  head = ['variant', 'seeds', 'converged', columns[0], 'Δ vs best [95% CI]', 'p', 'beyond seeds']
+  head += columns[1:]
   head += ['params', 'tokens/s', 'wall/trial']
   lines = ['| ' + ' | '.join(head) + ' |', '|' + '---|' * len(head)]
   for v in variants:
@@ -223,15 +247,16 @@ def group_table(variants: list[Variant], metric: str, best, tests) -> list[str]:
     verdicts = [c for _, c in v.verdicts()]
     cells = [v.shown_label, seeds, convergence.count_cell(verdicts), _fmt(v.stat(columns[0]))]
     if v is best:
-      cells += ['best', '']
-    elif v.label in tests:
-      t = tests[v.label]
-      cells += [
-        f'{t["delta"]:+.3f} [{t["ci_low"]:+.3f}, {t["ci_high"]:+.3f}]',
-        _fmt_p(t['p_value']),
-      ]
+      cells += ['best', '', '']
     else:
-      cells += ['–', '']
+      t = tests.get(v.label)
+      cells += (
+        [f'{t["delta"]:+.3f} [{t["ci_low"]:+.3f}, {t["ci_high"]:+.3f}]', _fmt_p(t['p_value'])]
+        if t
+        else ['–', '']
+      )
+      beyond = best and beyond_seed_spread(v.stat(columns[0]), best.stat(columns[0]))
+      cells.append({True: 'yes', False: 'no'}.get(beyond, '–'))
     cells += [_fmt(v.stat(m)) for m in columns[1:]]
     params = sorted(
       {
@@ -267,16 +292,17 @@ def markdown(
     f'{unfinished} not finished.',
     '',
     'Test split. Metrics: mean ± std over finished seeds. Δ: exact-match accuracy minus '
-    "the best variant's, with a 95% interval and two-sided p-value from a paired "
-    f'bootstrap ({BOOTSTRAP_SAMPLES} resamples of test examples, paired by seed and '
-    'example).',
+    "the best variant's (corpus BLEU minus the best's where variants are ranked by BLEU), "
+    f'with a 95% interval and two-sided p-value from a paired bootstrap ({BOOTSTRAP_SAMPLES} '
+    'resamples of test examples, paired by seed and example). Beyond seeds: the means differ '
+    'by more than the two seed stds added (their mean ± std ranges do not overlap).',
     '',
     convergence.rule(),
   ]
   for group, variants in groups.items():
     ranked_by = primary_metric(variants, metric)
     best = rank(variants, ranked_by)
-    tests = significance(variants, best)
+    tests = significance(variants, best, ranked_by)
     order = 'lower' if ranked_by in LOWER_IS_BETTER else 'higher'
     lines += ['', f'## {group}', '', f'Best by test {ranked_by} ({order} is better).', '']
     lines += group_table(variants, ranked_by, best, tests)
@@ -322,7 +348,7 @@ def csv_text(groups: dict[str, list[Variant]], metric: str) -> str:
   num = lambda x: '' if x is None else f'{x:.6g}'
   for group, vs in groups.items():
     ranked_by = primary_metric(vs, metric)
-    tests = significance(vs, rank(vs, ranked_by))
+    tests = significance(vs, rank(vs, ranked_by), ranked_by)
     for v in vs:
       row = [group, v.label, ranked_by, len(v.finished), len(v.failed)]
       for m in names:
