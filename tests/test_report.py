@@ -368,3 +368,29 @@ def test_ranking_follows_the_metric_direction():
 def test_report_needs_a_sweep_directory(tmp_path):
   with pytest.raises(report.trials_lib.SweepError, match='no sweep.json'):
     report.write_report(str(tmp_path))
+
+
+def test_translation_sweeps_plot_bleu_by_source_length_in_words(tmp_path, monkeypatch):
+  from attnlab.reporting import plots as report_plots
+
+  def trial(seed, short_bleu):
+    test = {
+      'bleu_by_length': [
+        {'bucket': '0-9', 'count': 3, 'bleu': short_bleu},
+        {'bucket': '10-19', 'count': 2, 'bleu': 30.0},
+        {'bucket': '20-29', 'count': 0, 'bleu': None},
+      ],
+      'by_length': [{'bucket': '0-4', 'count': 5, 'mean': 0.0}],  # exact match: not plotted
+    }
+    t = report.Trial(f'seed={seed}', 'c.py', {'seed': seed}, {})
+    return report.TrialResult(t, '', 'finished', {}, {'test': test}, [], None)
+
+  variant = report.Variant('c.py', 'luong', {}, [trial(0, 20.0), trial(1, 22.0)])
+  figures = []
+  monkeypatch.setattr(report_plots, 'save_figure', lambda fig, path: figures.append(fig))
+  assert report_plots.plot_by_length(str(tmp_path / 'p.png'), [variant])
+  [ax] = figures[0].axes
+  assert (ax.get_xlabel(), ax.get_ylabel()) == ('source length (words)', 'test BLEU')
+  assert [t.get_text() for t in ax.get_xticklabels()] == ['0-9', '10-19']
+  [line] = ax.get_lines()[:1]
+  assert line.get_ydata().tolist() == [21.0, 30.0]  # the seeds' mean per bucket

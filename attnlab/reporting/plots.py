@@ -66,13 +66,18 @@ def bucket_start(name: str) -> float:
 
 
 def plot_by_length(path: str, variants: Sequence) -> bool:
+  """Test BLEU per source-length bucket in words where the trials report it (translation:
+  Bahdanau et al. 2015, Fig. 2), else sequence accuracy per bucket in tokens; mean and seed
+  std per variant."""
+  bleu = any(r.test.get('bleu_by_length') for v in variants for r in v.finished)
+  key, value = ('bleu_by_length', 'bleu') if bleu else ('by_length', 'mean')
   series = {}
   for v in variants:
     per_bucket: dict[str, list[float]] = {}
     for r in v.finished:
-      for b in r.test.get('by_length') or []:
-        if b.get('count') and b.get('mean') is not None:
-          per_bucket.setdefault(b['bucket'], []).append(float(b['mean']))
+      for b in r.test.get(key) or []:
+        if b.get('count') and b.get(value) is not None:
+          per_bucket.setdefault(b['bucket'], []).append(float(b[value]))
     if per_bucket:
       series[v.label] = per_bucket
   if not series:
@@ -88,9 +93,14 @@ def plot_by_length(path: str, variants: Sequence) -> bool:
     ax.errorbar(xs, [np.mean(v) for v in values], yerr=errs, marker='o', capsize=3, label=label)
   ax.set_xticks(x)
   ax.set_xticklabels(buckets)
-  ax.set_xlabel('source length (tokens)')
-  ax.set_ylabel('test sequence accuracy')
-  ax.set_ylim(-0.02, 1.02)
+  if bleu:
+    ax.set_xlabel('source length (words)')
+    ax.set_ylabel('test BLEU')
+    ax.set_ylim(bottom=0)
+  else:
+    ax.set_xlabel('source length (tokens)')
+    ax.set_ylabel('test sequence accuracy')
+    ax.set_ylim(-0.02, 1.02)
   ax.legend(fontsize=7)
   save_figure(fig, path)
   return True
