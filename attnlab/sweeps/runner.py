@@ -341,17 +341,19 @@ class LocalRunner:
     return min(last_train_step(directory), self.total_steps.get(trial.name, 0))
 
   def progress_line(self, trials: Sequence[Trial]) -> str:
-    """`sweep 3/8 done, 1 failed, 2 running | steps 4500/12000 (37.5%) | 5m02s | ETA 8m20s`."""
+    """`sweep 3/8 done, 1 failed, 2 running | steps 4500/12000 (37.5%) | 5m02s | at most 8m20s
+    left`: a finished trial counts its whole step cap, the others are assumed to run to theirs,
+    so trials that stop early only make the sweep end sooner."""
     total = sum(self.total_steps.get(t.name, 0) for t in trials)
     done = sum(self._steps_done(t) for t in trials)
     elapsed = time.monotonic() - self._start
     rate = (done - self._done_steps_at_start) / elapsed if elapsed > 0 else 0.0
-    eta = duration((total - done) / rate) if rate > 0 else '?'
+    eta = duration((total - done) / rate) if rate > 0 else '?'  # at the rate since the start
     finished, failed = self._counts['finished'], self._counts['failed']
     percent = 100.0 * done / total if total else 100.0
     return (
       f'sweep {finished}/{self._total} done, {failed} failed, {len(self._running)} running'
-      f' | steps {done}/{total} ({percent:.1f}%) | {duration(elapsed)} | ETA {eta}'
+      f' | steps {done}/{total} ({percent:.1f}%) | {duration(elapsed)} | at most {eta} left'
     )
 
 
