@@ -370,7 +370,7 @@ def test_report_needs_a_sweep_directory(tmp_path):
     report.write_report(str(tmp_path))
 
 
-def test_translation_sweeps_plot_bleu_by_source_length_in_words(tmp_path, monkeypatch):
+def test_translation_sweeps_plot_and_tabulate_bleu_by_source_length_in_words(tmp_path, monkeypatch):
   from attnlab.reporting import plots as report_plots
 
   def trial(seed, short_bleu):
@@ -394,3 +394,11 @@ def test_translation_sweeps_plot_bleu_by_source_length_in_words(tmp_path, monkey
   assert [t.get_text() for t in ax.get_xticklabels()] == ['0-9', '10-19']
   [line] = ax.get_lines()[:1]
   assert line.get_ydata().tolist() == [21.0, 30.0]  # the seeds' mean per bucket
+  assert report.bleu_by_length_table([variant]) == [
+    '',
+    'Test BLEU by source length in words (Bahdanau et al. 2015, Fig. 2):',
+    '',
+    '| variant | 0-9 | 10-19 |',
+    '|---|---|---|',
+    '| luong | 21.0 ± 1.4 | 30.0 ± 0.0 |',
+  ]

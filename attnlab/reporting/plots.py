@@ -65,10 +65,10 @@ def bucket_start(name: str) -> float:
   return float(re.match(r'\d+', name).group())
 
 
-def plot_by_length(path: str, variants: Sequence) -> bool:
-  """Test BLEU per source-length bucket in words where the trials report it (translation:
-  Bahdanau et al. 2015, Fig. 2), else sequence accuracy per bucket in tokens; mean and seed
-  std per variant."""
+def length_series(variants: Sequence) -> tuple[bool, dict[str, dict[str, list[float]]]]:
+  """(is BLEU, variant label -> source-length bucket -> one test value per finished seed):
+  BLEU per bucket in words where the trials report it (translation: Bahdanau et al. 2015,
+  Fig. 2), else sequence accuracy per bucket in tokens. Empty buckets are left out."""
   bleu = any(r.test.get('bleu_by_length') for v in variants for r in v.finished)
   key, value = ('bleu_by_length', 'bleu') if bleu else ('by_length', 'mean')
   series = {}
@@ -80,6 +80,12 @@ def plot_by_length(path: str, variants: Sequence) -> bool:
           per_bucket.setdefault(b['bucket'], []).append(float(b[value]))
     if per_bucket:
       series[v.label] = per_bucket
+  return bleu, series
+
+
+def plot_by_length(path: str, variants: Sequence) -> bool:
+  """`length_series` per variant: mean with the seed std as error bars."""
+  bleu, series = length_series(variants)
   if not series:
     return False
   buckets = sorted({b for s in series.values() for b in s}, key=bucket_start)

@@ -315,6 +315,7 @@ def markdown(
         '',
         f'No {PREDICTIONS} in {len(missing)} finished trial(s): no significance test for them.',
       ]
+    lines += bleu_by_length_table(variants)
     for kind, path in plots.get(group, {}).items():
       lines += ['', f'![{kind}]({path})']
     rows = [(v.label, seed, c) for v in variants for seed, c in v.verdicts()]
@@ -329,6 +330,20 @@ def markdown(
     lines += ['', '## Not finished', '']
     lines += [f'- `{r.trial.name}`: {r.state}' for r in others]
   return '\n'.join(lines) + '\n'
+
+
+def bleu_by_length_table(variants: list[Variant]) -> list[str]:
+  """Test BLEU per source-length bucket in words, mean ± std over seeds (translation only)."""
+  bleu, series = report_plots.length_series(variants)
+  if not bleu or not series:
+    return []
+  buckets = sorted({b for s in series.values() for b in s}, key=report_plots.bucket_start)
+  lines = ['', 'Test BLEU by source length in words (Bahdanau et al. 2015, Fig. 2):', '']
+  lines += ['| variant | ' + ' | '.join(buckets) + ' |', '|' + '---|' * (len(buckets) + 1)]
+  for label, per_bucket in series.items():
+    cells = [_fmt(mean_std(per_bucket[b]), 1) if b in per_bucket else '–' for b in buckets]
+    lines.append(f'| {label} | ' + ' | '.join(cells) + ' |')
+  return lines
 
 
 def csv_text(groups: dict[str, list[Variant]], metric: str) -> str:
