@@ -2,8 +2,9 @@
 
 - `summarize`: per-device metric *sums* from train/eval steps -> loss, perplexity, accuracies.
 - Decoded outputs: `edit_distance`, `error_rates` (WER / PER with several references per
-  source), `sequence_accuracy`, `bleu_chrf`, and `by_length_bucket` / `bleu_by_length` for
-  length generalisation.
+  source), `sequence_accuracy`, `bleu_chrf`, `bleu_statistics` / `bleu_from_statistics`
+  (corpus BLEU of any resample of the sentences, for the paired bootstrap), and
+  `by_length_bucket` / `bleu_by_length` for length generalisation.
 - Attention: `attention_entropy` and `alignment_error_rate` of one example's weights (steps
   with all-zero weights, from local_m past the source, are skipped or count as misses).
 
