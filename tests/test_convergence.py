@@ -13,7 +13,7 @@ import pytest
 from test_report import _name, make_sweep
 
 from attnlab import selection
-from attnlab.reporting import convergence, plots
+from attnlab.reporting import convergence, plots, sweep_results
 from attnlab.reporting import sweep_report as report
 from attnlab.reporting.convergence import (
   CONVERGED,
@@ -256,7 +256,7 @@ def test_all_converged_has_no_flag(tmp_path):
 def test_the_curves_plot_draws_every_trial_and_its_selected_step(tmp_path, monkeypatch):
   root = make_sweep(str(tmp_path))
   _rewrite_eval(root, _name('bahdanau', 1), {2: 0.25, 4: 0.6, 6: 0.5, 8: 0.55})
-  _, groups = report.collect(root)
+  _, groups = sweep_results.collect(root)
   (variants,) = groups.values()
   figures = []
   monkeypatch.setattr(plots, 'save_figure', lambda fig, path: figures.append(fig))
@@ -287,7 +287,7 @@ def test_the_curves_plot_draws_every_trial_and_its_selected_step(tmp_path, monke
 
 def test_one_run_curves_speak_of_one_run(tmp_path, monkeypatch):
   root = make_sweep(str(tmp_path))
-  _, groups = report.collect(root)
+  _, groups = sweep_results.collect(root)
   (variants,) = groups.values()
   one = dataclasses.replace(variants[0], results=variants[0].finished[:1])
   figures = []

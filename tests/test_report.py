@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 from attnlab import metrics
-from attnlab.reporting import heatmaps
+from attnlab.reporting import heatmaps, sweep_results
 from attnlab.reporting import stats as report_stats
 from attnlab.reporting import sweep_report as report
+from attnlab.sweeps.trials import SweepError
 
 # Fake trials: (timing, seed) -> test results. Four test examples per seed; luong and bahdanau
 # get the same examples right (paired difference 0), none gets every example wrong (paired
@@ -299,12 +300,14 @@ def test_paired_bootstrap_matches_the_normal_approximation():
 def _variant(label, predictions_by_seed, metric_by_seed=None, *, metric='wer', outputs=None):
   results = []
   for seed, predictions in predictions_by_seed.items():
-    trial = report.Trial(f'{label},seed={seed}', 'c.py', {'x': label, 'seed': seed}, {})
+    trial = sweep_results.Trial(f'{label},seed={seed}', 'c.py', {'x': label, 'seed': seed}, {})
     final = {'test': {metric: (metric_by_seed or {}).get(seed, 0.5)}}
     final['selection'] = {'metric': metric}
     texts = (outputs or {}).get(seed)
-    results.append(report.TrialResult(trial, '', 'finished', {}, final, [], predictions, texts))
-  return report.Variant('c.py', label, {'x': label}, results)
+    results.append(
+      sweep_results.TrialResult(trial, '', 'finished', {}, final, [], predictions, texts)
+    )
+  return sweep_results.Variant('c.py', label, {'x': label}, results)
 
 
 def test_the_bleu_bootstrap_resamples_sentences_of_both_systems_together():
@@ -366,7 +369,7 @@ def test_ranking_follows_the_metric_direction():
 
 
 def test_report_needs_a_sweep_directory(tmp_path):
-  with pytest.raises(report.trials_lib.SweepError, match='no sweep.json'):
+  with pytest.raises(SweepError, match='no sweep.json'):
     report.write_report(str(tmp_path))
 
 
@@ -382,10 +385,10 @@ def test_translation_sweeps_plot_and_tabulate_bleu_by_source_length_in_words(tmp
       ],
       'by_length': [{'bucket': '0-4', 'count': 5, 'mean': 0.0}],  # exact match: not plotted
     }
-    t = report.Trial(f'seed={seed}', 'c.py', {'seed': seed}, {})
-    return report.TrialResult(t, '', 'finished', {}, {'test': test}, [], None)
+    t = sweep_results.Trial(f'seed={seed}', 'c.py', {'seed': seed}, {})
+    return sweep_results.TrialResult(t, '', 'finished', {}, {'test': test}, [], None)
 
-  variant = report.Variant('c.py', 'luong', {}, [trial(0, 20.0), trial(1, 22.0)])
+  variant = sweep_results.Variant('c.py', 'luong', {}, [trial(0, 20.0), trial(1, 22.0)])
   figures = []
   monkeypatch.setattr(report_plots, 'save_figure', lambda fig, path: figures.append(fig))
   assert report_plots.plot_by_length(str(tmp_path / 'p.png'), [variant])

@@ -29,10 +29,9 @@ from matplotlib.figure import Figure
 
 from attnlab import cli
 from attnlab.errors import UserError
-from attnlab.reporting import convergence, html, html_heatmaps
+from attnlab.reporting import convergence, html, html_heatmaps, sweep_results
 from attnlab.reporting import plots as report_plots
 from attnlab.reporting import stats as report_stats
-from attnlab.reporting import sweep_report as report
 from attnlab.sweeps.runner import duration
 from attnlab.sweeps.trials import Trial
 
@@ -78,7 +77,7 @@ def _table(head: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def metrics_table(final: dict, splits: list[str]) -> list[str]:
-  names = [n for s in splits for n, v in final[s].items() if report.is_number(v)]
+  names = [n for s in splits for n, v in final[s].items() if sweep_results.is_number(v)]
   names = sorted(dict.fromkeys(names), key=lambda n: PRIORITY.index(n) if n in PRIORITY else 99)
   rows = [[n] + [_fmt(n, final[s].get(n)) for s in splits] for n in names]
   return _table(['metric', *splits], rows)
@@ -165,24 +164,24 @@ def plot_by_length(path: str, final: dict, splits: list[str]) -> bool:
   return True
 
 
-def read_run(run_dir: str, config_file: str) -> report.TrialResult:
+def read_run(run_dir: str, config_file: str) -> sweep_results.TrialResult:
   """The run as a one-trial result, so the sweep report's helpers apply to it."""
   final = _load_json(run_dir, 'final_metrics.json')
   # A resumed run logs some steps twice; the last entry per (step, split) wins.
   events = {
     (e.get('step'), e.get('split')): e
-    for e in report.read_jsonl(os.path.join(run_dir, 'metrics.jsonl'))
+    for e in sweep_results.read_jsonl(os.path.join(run_dir, 'metrics.jsonl'))
   }
   trial = Trial(os.path.basename(os.path.normpath(run_dir)), config_file, {}, {})
   events = sorted(events.values(), key=lambda e: e.get('step', 0))
-  return report.TrialResult(trial, run_dir, 'finished', {}, final, events, None)
+  return sweep_results.TrialResult(trial, run_dir, 'finished', {}, final, events, None)
 
 
 def _wall_time(run_dir: str, wall_s: float | None) -> str:
   if wall_s is not None:
     return f'{duration(wall_s)} ({wall_s:,.0f} s, from --wall_s)'
-  lines = report.read_jsonl(os.path.join(run_dir, RUN_TIMES))
-  times = [r['wall_s'] for r in lines if report.is_number(r.get('wall_s'))]
+  lines = sweep_results.read_jsonl(os.path.join(run_dir, RUN_TIMES))
+  times = [r['wall_s'] for r in lines if sweep_results.is_number(r.get('wall_s'))]
   if not times:
     return 'not recorded'
   total = sum(times)
@@ -225,7 +224,7 @@ def plots(out: str, result, task: str, splits: list[str]) -> list[str]:
   if plot_by_length(os.path.join(out, 'by_length.png'), result.final, splits):
     what = 'BLEU' if any(result.final[s].get('bleu_by_length') for s in splits) else 'accuracy'
     lines += ['', f'![{what} by source length](by_length.png)']
-  variant = report.Variant(task, task, {}, [result])  # the sweep report's curves, one trial
+  variant = sweep_results.Variant(task, task, {}, [result])  # the sweep report's curves, one trial
   metric = report_stats.primary_metric([variant], 'auto')
   if report_plots.plot_curves(os.path.join(out, 'learning_curve.png'), [variant], metric):
     shown = result.verdict.metric or metric  # the curve shows the metric the run selected on

@@ -24,18 +24,13 @@ as one self-contained page: sortable tables, the plots inline, hoverable attenti
 from __future__ import annotations
 
 import csv
-import dataclasses
-import functools
 import io
-import json
-import math
 import os
-import statistics
 
 import numpy as np
 from absl import app, flags
 
-from attnlab import cli, metrics
+from attnlab import cli
 from attnlab.reporting import convergence, html, html_heatmaps
 from attnlab.reporting import plots as report_plots
 from attnlab.reporting.stats import (
@@ -46,11 +41,15 @@ from attnlab.reporting.stats import (
   rank,
   significance,
 )
+from attnlab.reporting.sweep_results import (
+  PREDICTIONS,
+  Variant,
+  collect,
+  is_number,
+  mean_std,
+)
 from attnlab.sweeps import runner as sweep_runner
-from attnlab.sweeps import trials as trials_lib
-from attnlab.sweeps.trials import SEED_KEY, Trial
 
-PREDICTIONS = 'predictions_test.jsonl'
 EXTRA_METRICS = ('per', 'wer', 'bleu', 'chrf')  # shown when a task reports them
 ATTENTION_METRICS = ('attention_entropy', 'alignment_error_rate')
 
@@ -62,159 +61,6 @@ _METRIC = flags.DEFINE_string(
 )
 
 
-@dataclasses.dataclass
-class TrialResult:
-  """What one trial directory holds, read once."""
-
-  trial: Trial
-  directory: str
-  state: str  # finished | failed | running | interrupted | new
-  status: dict
-  final: dict | None  # final_metrics.json
-  events: list[dict]  # metrics.jsonl, last entry per (step, split), sorted by step
-  predictions: dict[int, bool] | None  # test example index -> correct
-  outputs: dict[int, tuple[str, list[str]]] | None = None  # index -> (hypothesis, references)
-
-  @functools.cached_property
-  def bleu_statistics(self) -> dict[int, np.ndarray] | None:
-    """Test example index -> its `metrics.bleu_statistics` row (the BLEU bootstrap's input)."""
-    if not self.outputs:
-      return None
-    indices = sorted(self.outputs)
-    hyps = [self.outputs[i][0] for i in indices]
-    rows = metrics.bleu_statistics(hyps, [self.outputs[i][1] for i in indices])
-    return dict(zip(indices, rows, strict=True))
-
-  @property
-  def test(self) -> dict:
-    return (self.final or {}).get('test', {})
-
-  @property
-  def tokens_per_sec(self) -> float | None:
-    rates = [
-      e['tokens_per_sec']
-      for e in self.events
-      if e.get('split') == 'train' and 'tokens_per_sec' in e
-    ]
-    rates = rates[1:] or rates  # the first window includes compilation
-    return statistics.median(rates) if rates else None
-
-  @functools.cached_property
-  def verdict(self) -> convergence.Convergence:
-    """Did it converge, tested with its best checkpoint (reporting/convergence.py)."""
-    return convergence.assess(self.final, self.events)
-
-
-@dataclasses.dataclass
-class Variant:
-  """The trials of one variant (all seeds) in one group."""
-
-  group: str
-  label: str
-  overrides: dict
-  results: list[TrialResult]
-
-  @property
-  def finished(self) -> list[TrialResult]:
-    return [r for r in self.results if r.state == 'finished']
-
-  @property
-  def failed(self) -> list[TrialResult]:
-    return [r for r in self.results if r.state == 'failed']
-
-  def values(self, metric: str) -> list[float]:
-    values = [r.test.get(metric) for r in self.finished]
-    return [float(v) for v in values if is_number(v)]
-
-  def stat(self, metric: str) -> tuple[float, float | None] | None:
-    """(mean, sample std or None for one seed) of the finished seeds; None when absent."""
-    return mean_std(self.values(metric))
-
-  def wall_times(self) -> list[float]:
-    return [r.status['wall_s'] for r in self.finished if is_number(r.status.get('wall_s'))]
-
-  def verdicts(self) -> list[tuple[object, convergence.Convergence]]:
-    """(seed, convergence verdict) of each finished trial."""
-    return [(r.trial.overrides.get(SEED_KEY), r.verdict) for r in self.finished]
-
-  @property
-  def shown_label(self) -> str:
-    """The label, marked when a finished trial did not converge."""
-    unsure = any(not c.converged for _, c in self.verdicts())
-    return f'{self.label} {convergence.MARK}' if unsure else self.label
-
-
-def is_number(value) -> bool:
-  return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def mean_std(values) -> tuple[float, float | None] | None:
-  values = list(values)
-  if not values:
-    return None
-  return float(np.mean(values)), (float(np.std(values, ddof=1)) if len(values) > 1 else None)
-
-
-def read_jsonl(path: str) -> list[dict]:
-  if not os.path.isfile(path):
-    return []
-  rows = []
-  with open(path, errors='replace') as f:
-    for line in f:
-      try:
-        rows.append(json.loads(line))
-      except json.JSONDecodeError:
-        continue  # a line cut by an interruption
-  return rows
-
-
-def read_trial(workdir: str, trial: Trial) -> TrialResult:
-  directory = sweep_runner.trial_dir(workdir, trial)
-  state = sweep_runner.trial_state(directory)
-  final = None
-  if state == 'finished':
-    with open(os.path.join(directory, sweep_runner.FINAL_FILE)) as f:
-      final = json.load(f)
-  # A resumed run logs some steps twice; the last entry per (step, split) wins.
-  events = {
-    (e.get('step'), e.get('split')): e for e in read_jsonl(os.path.join(directory, 'metrics.jsonl'))
-  }
-  rows = read_jsonl(os.path.join(directory, PREDICTIONS))
-  predictions = {int(r['index']): bool(r['correct']) for r in rows} if rows else None
-  # Detokenized text of the translation tasks: the BLEU bootstrap reads it.
-  texts = rows and all(isinstance(r.get('hypothesis'), str) for r in rows)
-  outputs = (
-    {int(r['index']): (r['hypothesis'], r.get('references') or [r['reference']]) for r in rows}
-    if texts
-    else None
-  )
-  return TrialResult(
-    trial,
-    directory,
-    state,
-    sweep_runner.read_status(directory),
-    final,
-    sorted(events.values(), key=lambda e: e.get('step', 0)),
-    predictions,
-    outputs,
-  )
-
-
-def collect(workdir: str) -> tuple[dict, dict[str, list[Variant]]]:
-  """The manifest and, per group (config file), its variants in sweep order."""
-  manifest, trials = trials_lib.read_manifest(workdir)
-  short = trials_lib.short_keys(sorted({k for t in trials for k in t.variant}))
-  groups: dict[str, dict[str, Variant]] = {}
-  for trial in trials:
-    overrides = trial.variant
-    label = (
-      ', '.join(f'{short[k]}={trials_lib.format_value(v)}' for k, v in overrides.items()) or 'base'
-    )
-    variants = groups.setdefault(trial.config, {})
-    if label not in variants:
-      variants[label] = Variant(trial.config, label, overrides, [])
-    variants[label].results.append(read_trial(workdir, trial))
-  return manifest, {g: list(v.values()) for g, v in groups.items()}
 
 
 def _fmt(stat, digits: int = 3) -> str:
