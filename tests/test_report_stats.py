@@ -1,0 +1,134 @@
+"""Report statistics: paired bootstraps (exact match and corpus BLEU), the seed-spread check,
+ranking by the selection metric, and BLEU by source length for translation sweeps."""
+
+import numpy as np
+import pytest
+
+from attnlab import metrics
+from attnlab.reporting import stats as report_stats
+from attnlab.reporting import sweep_report as report
+from attnlab.reporting import sweep_results
+
+
+def test_paired_bootstrap_matches_the_normal_approximation():
+  rng = np.random.default_rng(1)
+  a = (rng.random(4000) < 0.70).astype(float)
+  b = (rng.random(4000) < 0.75).astype(float)
+  out = report_stats.paired_bootstrap(a, b, samples=2000, seed=3)
+  diff = b - a
+  se = diff.std(ddof=1) / np.sqrt(diff.size)  # standard error of a mean difference
+  assert out['delta'] == pytest.approx(diff.mean(), abs=1e-12)
+  assert out['ci_low'] == pytest.approx(diff.mean() - 1.96 * se, abs=0.15 * se)
+  assert out['ci_high'] == pytest.approx(diff.mean() + 1.96 * se, abs=0.15 * se)
+  assert out['p_value'] < 0.01 and out['n'] == 4000
+  same = report_stats.paired_bootstrap(a, a)
+  assert (same['delta'], same['ci_low'], same['ci_high'], same['p_value']) == (0, 0, 0, 1)
+  with pytest.raises(ValueError, match='equal non-empty'):
+    report_stats.paired_bootstrap(a, b[:10])
+
+
+def _variant(label, predictions_by_seed, metric_by_seed=None, *, metric='wer', outputs=None):
+  results = []
+  for seed, predictions in predictions_by_seed.items():
+    trial = sweep_results.Trial(f'{label},seed={seed}', 'c.py', {'x': label, 'seed': seed}, {})
+    final = {'test': {metric: (metric_by_seed or {}).get(seed, 0.5)}}
+    final['selection'] = {'metric': metric}
+    texts = (outputs or {}).get(seed)
+    results.append(
+      sweep_results.TrialResult(trial, '', 'finished', {}, final, [], predictions, texts)
+    )
+  return sweep_results.Variant('c.py', label, {'x': label}, results)
+
+
+def test_the_bleu_bootstrap_resamples_sentences_of_both_systems_together():
+  rng = np.random.default_rng(2)
+  words = 'in the beginning god created heaven and earth was without form void'.split()
+  refs = [' '.join(rng.choice(words, rng.integers(4, 14))) for _ in range(300)]
+  # b is the reference itself on every third sentence and noise elsewhere, a noise everywhere.
+  noise = lambda r: ' '.join(w if rng.random() < 0.5 else 'x' for w in r.split())
+  a = [noise(r) for r in refs]
+  b = [r if i % 3 == 0 else noise(r) for i, r in enumerate(refs)]
+  sa, sb = metrics.bleu_statistics(a, refs), metrics.bleu_statistics(b, refs)
+  out = report_stats.paired_bootstrap_bleu(sa, sb, samples=500)
+  expected = metrics.bleu_chrf(b, refs)['bleu'] - metrics.bleu_chrf(a, refs)['bleu']
+  assert out['delta'] == pytest.approx(expected, abs=1e-9) and expected > 5
+  assert out['ci_low'] < out['delta'] < out['ci_high'] and out['ci_low'] > 0
+  assert out['p_value'] < 0.01 and out['n'] == 300
+  same = report_stats.paired_bootstrap_bleu(sa, sa, samples=50)
+  assert (same['delta'], same['ci_low'], same['ci_high'], same['p_value']) == (0, 0, 0, 1)
+  with pytest.raises(ValueError, match='equal N x 10'):
+    report_stats.paired_bootstrap_bleu(sa, sb[:10])
+
+
+def test_translation_variants_are_ranked_and_tested_by_bleu():
+  good = {0: ('a b c d e', ['a b c d e']), 1: ('f g h i', ['f g h i'])}
+  poor = {0: ('a b c x e', ['a b c d e']), 1: ('f x h i', ['f g h i'])}
+  best = _variant(
+    'good', {0: {}, 1: {}}, {0: 40.0, 1: 42.0}, metric='bleu', outputs={0: good, 1: good}
+  )
+  other = _variant(
+    'poor', {0: {}, 1: {}}, {0: 20.0, 1: 21.0}, metric='bleu', outputs={0: poor, 1: poor}
+  )
+  assert report_stats.primary_metric([best, other], 'auto') == 'bleu'
+  assert report_stats.rank([other, best], 'bleu') is best  # higher BLEU is better
+  [(label, test)] = report_stats.significance([best, other], best, 'bleu').items()
+  pooled = lambda out: metrics.bleu_chrf(
+    [h for _, (h, _) in sorted(out.items())] * 2, [r for _, (_, r) in sorted(out.items())] * 2
+  )['bleu']
+  assert label == 'poor' and test['n'] == 4  # two sentences of each of the two seeds
+  assert test['delta'] == pytest.approx(pooled(poor) - pooled(good), abs=1e-9)
+
+
+def test_beyond_seed_spread_compares_the_gap_with_both_stds():
+  assert report_stats.beyond_seed_spread((30.0, 0.4), (31.0, 0.5)) is True  # 1.0 > 0.9
+  assert report_stats.beyond_seed_spread((30.0, 0.5), (31.0, 0.5)) is False  # 1.0 = 1.0
+  assert report_stats.beyond_seed_spread((30.0, None), (35.0, 0.1)) is None  # one seed
+
+
+def test_pairs_only_shared_seeds_and_examples():
+  best = _variant('a', {0: {0: True, 1: False, 2: True}, 1: {0: True}})
+  other = _variant('b', {0: {1: True, 2: False, 3: True}, 2: {0: False}})
+  assert report_stats.paired_correctness(best, other) == ([False, True], [True, False])
+
+
+def test_ranking_follows_the_metric_direction():
+  low = _variant('low', {0: {}}, {0: 0.1})
+  high = _variant('high', {0: {}}, {0: 0.3})
+  assert report_stats.primary_metric([low, high], 'auto') == 'wer'
+  assert report_stats.rank([high, low], 'wer') is low  # lower WER is better
+
+
+
+
+def test_translation_sweeps_plot_and_tabulate_bleu_by_source_length_in_words(tmp_path, monkeypatch):
+  from attnlab.reporting import plots as report_plots
+
+  def trial(seed, short_bleu):
+    test = {
+      'bleu_by_length': [
+        {'bucket': '0-9', 'count': 3, 'bleu': short_bleu},
+        {'bucket': '10-19', 'count': 2, 'bleu': 30.0},
+        {'bucket': '20-29', 'count': 0, 'bleu': None},
+      ],
+      'by_length': [{'bucket': '0-4', 'count': 5, 'mean': 0.0}],  # exact match: not plotted
+    }
+    t = sweep_results.Trial(f'seed={seed}', 'c.py', {'seed': seed}, {})
+    return sweep_results.TrialResult(t, '', 'finished', {}, {'test': test}, [], None)
+
+  variant = sweep_results.Variant('c.py', 'luong', {}, [trial(0, 20.0), trial(1, 22.0)])
+  figures = []
+  monkeypatch.setattr(report_plots, 'save_figure', lambda fig, path: figures.append(fig))
+  assert report_plots.plot_by_length(str(tmp_path / 'p.png'), [variant])
+  [ax] = figures[0].axes
+  assert (ax.get_xlabel(), ax.get_ylabel()) == ('source length (words)', 'test BLEU')
+  assert [t.get_text() for t in ax.get_xticklabels()] == ['0-9', '10-19']
+  [line] = ax.get_lines()[:1]
+  assert line.get_ydata().tolist() == [21.0, 30.0]  # the seeds' mean per bucket
+  assert report.bleu_by_length_table([variant]) == [
+    '',
+    'Test BLEU by source length in words (Bahdanau et al. 2015, Fig. 2):',
+    '',
+    '| variant | 0-9 | 10-19 |',
+    '|---|---|---|',
+    '| luong | 21.0 ± 1.4 | 30.0 ± 0.0 |',
+  ]
