@@ -22,6 +22,7 @@ from logging.handlers import MemoryHandler
 
 from absl import logging as absl_logging
 
+from attnlab import workdir as workdir_lib
 from attnlab.selection import SELECT_SPLIT
 
 LOG_FILE = 'train.log'
@@ -180,16 +181,12 @@ def result_line(split: str, step: int, metrics: dict, selection, stopped_at: int
   return ' | '.join(parts)
 
 
-def _steps(folder: str) -> list[int]:
-  return sorted(int(n) for n in os.listdir(folder) if n.isdigit()) if os.path.isdir(folder) else []
-
-
 def files_line(workdir: str, *, log: str) -> str:
   """Where the run's files are, as they exist on disk."""
   names = sorted(os.listdir(workdir))
   parts = [n for n in ('final_metrics.json', 'metrics.jsonl', 'config.json') if n in names]
-  latest = _steps(os.path.join(workdir, 'checkpoints'))
-  best = _steps(os.path.join(workdir, 'checkpoints', 'best'))
+  latest = workdir_lib.saved_steps(workdir)
+  best = workdir_lib.saved_steps(workdir, best=True)
   checkpoints = f'checkpoints/ (latest: {", ".join(map(str, latest)) or "none"}'
   parts.append(checkpoints + (f'; best/: {best[-1]})' if best else ')'))
   parts += [f'{n}/' for n in ('samples', 'attention') if n in names]

@@ -30,6 +30,7 @@ import ml_collections
 
 from attnlab import checkpoint as checkpoint_lib
 from attnlab import config as config_lib
+from attnlab import workdir as workdir_lib
 from attnlab.errors import UserError
 from attnlab.models.factory import build_model
 
@@ -108,14 +109,6 @@ def read_vocabularies(workdir: str):
   return tuple(vocabs)
 
 
-def saved_steps(workdir: str) -> list[int]:
-  """Checkpoint steps on disk (numeric directories of RUN/checkpoints), ascending."""
-  folder = os.path.join(workdir, 'checkpoints')
-  if not os.path.isdir(folder):
-    return []
-  return sorted(int(name) for name in os.listdir(folder) if name.isdigit())
-
-
 def choose_checkpoint(ckpt: checkpoint_lib.Checkpointer, choice: str | int) -> tuple[str, str]:
   """(what to restore, note): 'best' falls back to 'latest', with a note, in a run without a
   best checkpoint (one made before model selection existed)."""
@@ -179,13 +172,13 @@ def load_run(workdir: str, checkpoint: str | int = 'best') -> TrainedRun:
   workdir = os.fspath(workdir)
   cfg, raw, added = read_config(workdir)
   source_vocab, target_vocab = read_vocabularies(workdir)
-  available = saved_steps(workdir)
+  available = workdir_lib.saved_steps(workdir)
   if not available:
-    raise RunDirError(f'{workdir} has no checkpoint in {os.path.join(workdir, "checkpoints")}; '
+    raise RunDirError(f'{workdir} has no checkpoint in {workdir_lib.checkpoint_dir(workdir)}; '
                       f'training saves one every train.checkpoint_every='
                       f'{cfg.train.checkpoint_every} steps and at the end')
   model = build_model(cfg.model, source_vocab.size, target_vocab.size)
-  ckpt = checkpoint_lib.Checkpointer(os.path.join(workdir, 'checkpoints'),
+  ckpt = checkpoint_lib.Checkpointer(workdir_lib.checkpoint_dir(workdir),
                                      keep=cfg.train.keep_checkpoints)
   try:
     which, note = choose_checkpoint(ckpt, checkpoint)

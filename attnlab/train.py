@@ -107,11 +107,15 @@ class Run:
   step: int = 0  # the last step trained (or restored)
   stopped_early: bool = False
   lr_scale: float = 1.0  # optim.schedule=plateau: the multiplier held in the optimiser state
+  run_time: workdir_lib.RunTimeRecord | None = None  # this process's line of run_times.jsonl
 
 
-def setup(config: ml_collections.ConfigDict, workdir: str, allow_config_change=()):
+def setup(config: ml_collections.ConfigDict, workdir: str, allow_config_change=(), *,
+          started: float | None = None):
   """Validates the config and the workdir, builds task/model/state, restores the latest
-  checkpoint. Nothing is written before the config and the vocabularies are checked."""
+  checkpoint. Nothing is written before the config and the vocabularies are checked.
+  `started` (time.perf_counter) is when this process run began, for run_times.jsonl."""
+  started = time.perf_counter() if started is None else started
   cfg = config_lib.parse(config)  # every key and value checked before anything compiles
   changes, change_notes = workdir_lib.check_reuse(workdir, config, cfg, allow_config_change)
   parallel = DataParallel(cfg.parallel.mode, devices=_devices(cfg.parallel.num_devices))
@@ -122,6 +126,10 @@ def setup(config: ml_collections.ConfigDict, workdir: str, allow_config_change=(
   if is_writer:
     resume_step = (workdir_lib.saved_steps(workdir) or [None])[-1]
     workdir_lib.write_start_files(workdir, config, task, changes, resume_step)
+    killed = workdir_lib.recover_killed_run(workdir)
+    if killed:
+      logging.info('an earlier process was killed at step %d after %.0f s; recorded in %s',
+                   killed['last_step'], killed['wall_s'], workdir_lib.RUN_TIMES)
   for note in change_notes:
     logging.warning('config change accepted on resume: %s', note)
   for warning in config_warnings(cfg):
@@ -129,7 +137,7 @@ def setup(config: ml_collections.ConfigDict, workdir: str, allow_config_change=(
   model = build_model(cfg.model, task.source_vocab.size, task.target_vocab.size)
   tx, schedule = optim.make_optimizer(cfg.optim, cfg.train.num_steps)
   state = init_state(model, tx, cfg)
-  ckpt = checkpoint.Checkpointer(os.path.join(workdir, 'checkpoints'),
+  ckpt = checkpoint.Checkpointer(workdir_lib.checkpoint_dir(workdir),
                                  keep=cfg.train.keep_checkpoints)
   selection = None
   if SELECT_SPLIT in cfg.eval.splits:
@@ -170,7 +178,9 @@ def setup(config: ml_collections.ConfigDict, workdir: str, allow_config_change=(
                                                             data_state.get('lowest_loss')),
             params_shape=jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
                                       state.params),
-            step=start, lr_scale=optim.lr_scale(state.opt_state) or 1.0)
+            step=start, lr_scale=optim.lr_scale(state.opt_state) or 1.0,
+            run_time=workdir_lib.RunTimeRecord(workdir, first_step=start, started=started,
+                                               enabled=is_writer))
   run.stopped_early = stops_early(run)  # a rerun of a run that stopped early trains no more
   return run, state, batches, start
 
@@ -239,6 +249,7 @@ def train_loop(run: Run, state: steps.TrainState, batches, start: int):
                    tokens_per_sec=sums['token_count'] / elapsed)
     run.writer.write(step, 'train', scalars)
     run.progress.update(step, scalars)
+    run.run_time.update(step)
 
   def evaluate(step: int) -> None:
     """The eval splits at `step`: selection, divergence check, metrics and console lines."""
@@ -349,8 +360,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
                        allow_config_change=()) -> dict:
   """Trains `config` in `workdir` (resuming if it holds a checkpoint); returns final metrics:
   {split: metrics} of the selected checkpoint (final_metrics.json says which step)."""
-  started = time.perf_counter()
-  run, state, batches, start = setup(config, workdir, allow_config_change)
+  run, state, batches, start = setup(config, workdir, allow_config_change,
+                                     started=time.perf_counter())
   outcome = 'failed'
   with console.log_file(workdir, jax.process_index()) as log:
     try:
@@ -366,9 +377,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
     finally:  # on errors too: finish pending checkpoint writes, so no good state is lost
       run.ckpt.close()
       run.writer.close()
-      if run.is_writer:
-        workdir_lib.record_run_time(workdir, first_step=start, last_step=run.step,
-                                    wall_s=time.perf_counter() - started, outcome=outcome)
+      run.run_time.close(run.step, outcome)
     if run.is_writer:
       progress = run.progress
       progress.note(console.result_line('test', tested_step, final['test'], run.selection,

@@ -20,9 +20,11 @@ then jump (usually up) at the resumed step; the message gives both learning rate
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
+import time
 from typing import Any
 
 from attnlab.errors import UserError
@@ -30,9 +32,14 @@ from attnlab.errors import UserError
 CONFIG_FILE = 'config.json'
 CONFIG_CHANGES = 'config_changes.jsonl'
 VOCAB_FILES = {'source': 'source_vocab.json', 'target': 'target_vocab.json'}
+CHECKPOINTS = 'checkpoints'  # RUN/checkpoints/<step>/ (the latest ones) and best/<step>/
 # One line per process run, finished or not: {first_step, last_step, wall_s, outcome,
 # finished_at}; a resumed run adds a line (attnlab.run_report sums wall_s).
 RUN_TIMES = 'run_times.jsonl'
+# The running process's line, rewritten at every log step: a process killed without a chance
+# to append its line (SIGKILL, a machine or session that ends) leaves it, and the next start
+# (or sweep launch) appends it as outcome 'killed', so no wall time is lost.
+RUN_IN_PROGRESS = 'run_time_current.json'
 
 # Keys that change neither what is trained nor how it is selected: accepted on resume.
 UNOBSERVABLE = (
@@ -58,6 +65,10 @@ RESUMABLE = (
 _ABSENT = '(absent)'
 
 
+def _now() -> str:
+  return datetime.datetime.now().astimezone().isoformat()
+
+
 class WorkdirConfigError(UserError):
   """The workdir holds a run whose config differs from this one."""
 
@@ -79,8 +90,16 @@ def config_as_json(config) -> dict:
   return json.loads(config.to_json_best_effort(sort_keys=True))
 
 
-def saved_steps(workdir: str) -> list[int]:
-  folder = os.path.join(workdir, 'checkpoints')
+def checkpoint_dir(workdir: str) -> str:
+  return os.path.join(workdir, CHECKPOINTS)
+
+
+def saved_steps(workdir: str, *, best: bool = False) -> list[int]:
+  """Checkpoint steps on disk, ascending: the numeric folders of RUN/checkpoints (finished
+  saves; orbax writes into a temporary name first), or of RUN/checkpoints/best."""
+  folder = checkpoint_dir(workdir)
+  if best:
+    folder = os.path.join(folder, 'best')
   return sorted(int(n) for n in os.listdir(folder) if n.isdigit()) if os.path.isdir(folder) else []
 
 
@@ -97,7 +116,7 @@ def saved_config(workdir: str) -> tuple[dict | None, str]:
   if saved_steps(workdir):
     from attnlab.checkpoint import Checkpointer  # JAX and orbax only for this rare case
 
-    with Checkpointer(os.path.join(workdir, 'checkpoints'), keep=1) as ckpt:
+    with Checkpointer(checkpoint_dir(workdir), keep=1) as ckpt:
       return ckpt.restore_config(), f'the latest checkpoint in {ckpt.directory}'
   return None, ''
 
@@ -213,7 +232,7 @@ def write_start_files(workdir: str, config, task, changes: dict, resume_step: in
       f.write(config.to_json_best_effort(indent=2, sort_keys=True))
   if changes:
     record = {'step': resume_step, 'changes': {k: list(v) for k, v in changes.items()},
-              'at': datetime.datetime.now().astimezone().isoformat()}
+              'at': _now()}
     with open(os.path.join(workdir, CONFIG_CHANGES), 'a', encoding='utf-8') as f:
       f.write(json.dumps(record) + '\n')
   for side, name in VOCAB_FILES.items():
@@ -222,10 +241,56 @@ def write_start_files(workdir: str, config, task, changes: dict, resume_step: in
       getattr(task, f'{side}_vocab').save(path)
 
 
-def record_run_time(workdir: str, *, first_step: int, last_step: int, wall_s: float,
-                    outcome: str) -> None:
-  """Appends this process run to run_times.jsonl (finished, stopped or killed)."""
+def _append_run_time(workdir: str, record: dict) -> None:
   with open(os.path.join(workdir, RUN_TIMES), 'a', encoding='utf-8') as f:
-    f.write(json.dumps({'first_step': first_step, 'last_step': last_step, 'wall_s': wall_s,
-                        'outcome': outcome,
-                        'finished_at': datetime.datetime.now().astimezone().isoformat()}) + '\n')
+    f.write(json.dumps(record) + '\n')
+
+
+class RunTimeRecord:
+  """This process run's line of run_times.jsonl: kept current on disk while the run goes
+  (`update`), appended with its outcome at the end (`close`). Does nothing when disabled (a
+  multi-host run's other processes)."""
+
+  def __init__(self, workdir: str, *, first_step: int, started: float, enabled: bool = True):
+    self.workdir, self.first_step, self.started = workdir, first_step, started
+    self.enabled = enabled
+    self.update(first_step)
+
+  def _record(self, last_step: int, outcome: str) -> dict:
+    return {'first_step': self.first_step, 'last_step': last_step,
+            'wall_s': time.perf_counter() - self.started, 'outcome': outcome,
+            'finished_at': _now()}
+
+  def update(self, last_step: int) -> None:
+    if not self.enabled:
+      return
+    path = os.path.join(self.workdir, RUN_IN_PROGRESS)
+    with open(path + '.tmp', 'w', encoding='utf-8') as f:
+      json.dump(self._record(last_step, 'killed'), f)
+    os.replace(path + '.tmp', path)  # a kill mid-write leaves the previous record whole
+
+  def close(self, last_step: int, outcome: str) -> None:
+    """Appends the run's line (finished, stopped early, interrupted or failed)."""
+    if not self.enabled:
+      return
+    _append_run_time(self.workdir, self._record(last_step, outcome))
+    with contextlib.suppress(FileNotFoundError):
+      os.remove(os.path.join(self.workdir, RUN_IN_PROGRESS))
+
+
+def recover_killed_run(workdir: str) -> dict | None:
+  """Appends the line a killed process left in RUN_IN_PROGRESS to run_times.jsonl (outcome
+  'killed'; wall time up to its last log step) and returns it; None when there is none.
+  Call only when no process is running in `workdir`."""
+  path = os.path.join(workdir, RUN_IN_PROGRESS)
+  try:
+    with open(path, encoding='utf-8') as f:
+      record = json.load(f)
+  except FileNotFoundError:
+    return None
+  except (OSError, json.JSONDecodeError):
+    record = None  # unreadable: nothing to recover, but do not fold it again
+  if record is not None:
+    _append_run_time(workdir, record)
+  os.remove(path)
+  return record

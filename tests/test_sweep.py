@@ -14,6 +14,7 @@ import time
 import pytest
 from conftest import parse_command_line
 
+from attnlab import workdir as workdir_lib
 from attnlab.config import ConfigError
 from attnlab.sweeps import command as sweep
 from attnlab.sweeps import runner as sweep_runner
@@ -146,6 +147,7 @@ if seed == '13':
   sys.exit(1)
 with open(os.path.join(workdir, 'metrics.jsonl'), 'a') as f:
   f.write(json.dumps({{'step': 2, 'split': 'train'}}) + '\\n')
+os.makedirs(os.path.join(workdir, 'checkpoints', '2'), exist_ok=True)
 if os.environ.get('FAKE_HANG') == '1':
   time.sleep(120)
 final = {{'step': 4, 'test': {{'sequence_accuracy': 0.5}}}}
@@ -217,7 +219,7 @@ def test_interrupted_trials_resume(tmp_path, fake_python, monkeypatch):
   assert runner.run([trial]) == {'seed=5': 'finished'}
   status = sweep_runner.read_status(directory)
   assert status['attempts'] == 2 and status['wall_s'] >= 0
-  assert '[start] seed=5 (resuming from step 2)' in out.getvalue()
+  assert '[start] seed=5 (resuming from checkpoint step 2)' in out.getvalue()
   with open(os.path.join(directory, sweep_runner.LOG_FILE)) as f:
     assert f.read().count('=== attempt') == 2
 
@@ -233,6 +235,31 @@ def test_a_trial_still_running_is_not_started_twice(tmp_path, fake_python):
   assert f'still running as process {os.getpid()}' in out.getvalue()
   sweep_runner.write_status(directory, {**alive, 'pid': 2**22 + 7})  # no such process
   assert runner.run([trial]) == {'seed=0': 'finished'}
+
+
+def test_the_time_of_a_trial_killed_with_its_sweep_is_kept(tmp_path, fake_python):
+  """A session that ends kills the sweep and its trials without a signal they can answer:
+  the status still says running and the trial's run-time line was never appended. The next
+  sweep counts the time the trial's in-progress record holds."""
+  [trial] = _trials(0)
+  workdir, out = str(tmp_path / 'sweep'), io.StringIO()
+  directory = sweep_runner.trial_dir(workdir, trial)
+  os.makedirs(os.path.join(directory, 'checkpoints', '1000'))
+  sweep_runner.write_status(directory, {'status': 'running', 'pid': 2**22 + 7, 'attempts': 1,
+                                        'host': socket.gethostname(), 'wall_s': 100.0})
+  killed = {'first_step': 0, 'last_step': 1200, 'wall_s': 600.0, 'outcome': 'killed',
+            'finished_at': '2026-12-01T23:00:00+00:00'}
+  with open(os.path.join(directory, workdir_lib.RUN_IN_PROGRESS), 'w') as f:
+    json.dump(killed, f)
+  runner = sweep_runner.LocalRunner(workdir, {trial.name: 4}, python=fake_python, out=out)
+  assert runner.run([trial]) == {'seed=0': 'finished'}
+  assert ('[start] seed=0 (resuming from checkpoint step 1000; the last attempt was killed at '
+          'step 1200 after 10m00s)') in out.getvalue()
+  status = sweep_runner.read_status(directory)
+  assert status['attempts'] == 2 and 700.0 < status['wall_s'] < 800.0
+  with open(os.path.join(directory, workdir_lib.RUN_TIMES)) as f:
+    assert [json.loads(line) for line in f] == [killed]
+  assert not os.path.exists(os.path.join(directory, workdir_lib.RUN_IN_PROGRESS))
 
 
 def test_a_directory_of_another_config_is_not_reused(tmp_path):

@@ -13,6 +13,7 @@ import pytest
 from smoke_runs import die_before_step, run_cli, smoke_config
 
 from attnlab import checkpoint, config, console, divergence, steps, train
+from attnlab import workdir as workdir_lib
 from attnlab.evaluate import Evaluator
 
 LIBRARY_LOG_LINE = re.compile(r'^[IWEF]\d{4} \d\d:\d\d:\d\d', re.MULTILINE)  # absl's prefix
@@ -58,6 +59,31 @@ def test_interrupted_run_resumes_to_the_same_result(tmp_path, monkeypatch):
   times = [json.loads(line) for line in open(os.path.join(workdir, train.RUN_TIMES))]
   assert [(t['first_step'], t['last_step'], t['outcome']) for t in times] == [
     (0, 3, 'interrupted'), (2, 6, 'finished')]
+
+
+def test_a_killed_process_keeps_its_wall_time(tmp_path, monkeypatch):
+  """SIGKILL or a machine that goes away runs no `finally`: the run-time line the process
+  kept current on disk is appended as 'killed' when the run is started again."""
+  config = smoke_config(**{'train.num_steps': 6, 'train.checkpoint_every': 2,
+                           'train.log_every': 1, 'train.eval_every': 6})
+  workdir = str(tmp_path / 'run')
+  die_before_step(monkeypatch, 4)
+  monkeypatch.setattr(workdir_lib.RunTimeRecord, 'close', lambda self, step, outcome: None)
+  with pytest.raises(KeyboardInterrupt):
+    train.train_and_evaluate(config, workdir)
+  assert not os.path.exists(os.path.join(workdir, train.RUN_TIMES))
+  with open(os.path.join(workdir, workdir_lib.RUN_IN_PROGRESS)) as f:
+    left = json.load(f)
+  # Step 3's log line is fetched only after step 4 is dispatched, which the kill prevented.
+  assert (left['first_step'], left['last_step'], left['outcome']) == (0, 2, 'killed')
+  assert left['wall_s'] > 0
+  monkeypatch.undo()
+  train.train_and_evaluate(config, workdir)
+  times = [json.loads(line) for line in open(os.path.join(workdir, train.RUN_TIMES))]
+  assert times[0] == left
+  assert [(t['first_step'], t['last_step'], t['outcome']) for t in times] == [
+    (0, 2, 'killed'), (2, 6, 'finished')]
+  assert not os.path.exists(os.path.join(workdir, workdir_lib.RUN_IN_PROGRESS))
 
 
 def test_logged_learning_rate_is_the_one_the_update_used(tmp_path):

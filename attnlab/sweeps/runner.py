@@ -26,6 +26,7 @@ import sys
 import time
 from collections.abc import Sequence
 
+from attnlab import workdir as workdir_lib
 from attnlab.sweeps.trials import PROJECT_ROOT, SweepError, Trial
 
 STATUS_FILE = 'sweep_status.json'
@@ -140,6 +141,17 @@ def last_train_step(directory: str) -> int:
   return step
 
 
+def _resume_note(directory: str, killed: dict | None) -> str:
+  """' (resuming from checkpoint step 12000; the last attempt was killed at step 12700 after
+  41m02s)', or '' for a trial without a checkpoint."""
+  saved = workdir_lib.saved_steps(directory)
+  parts = [f'resuming from checkpoint step {saved[-1]}'] if saved else []
+  if killed:
+    parts.append(f'the last attempt was killed at step {killed["last_step"]} after '
+                 f'{duration(killed["wall_s"])}')
+  return f' ({"; ".join(parts)})' if parts else ''
+
+
 def duration(seconds: float) -> str:
   seconds = int(round(max(seconds, 0.0)))
   hours, rest = divmod(seconds, 3600)
@@ -241,6 +253,12 @@ class LocalRunner:
     directory = trial_dir(self.workdir, trial)
     os.makedirs(directory, exist_ok=True)
     status = read_status(directory)
+    # A trial process killed with no chance to record its time (a session or machine that
+    # ended) left its run-time line; a 'running' status means no runner counted that attempt.
+    killed = workdir_lib.recover_killed_run(directory)
+    wall_s = status.get('wall_s', 0.0)
+    if killed and status.get('status') == 'running':
+      wall_s += killed['wall_s']
     command = trial.command(directory, self.python)
     log_path = os.path.join(directory, LOG_FILE)
     with open(log_path, 'a') as log:
@@ -265,14 +283,13 @@ class LocalRunner:
         'status': 'running',
         'attempts': attempt,
         'command': command,
-        'wall_s': status.get('wall_s', 0.0),
+        'wall_s': wall_s,
         'pid': process.pid,
         'host': socket.gethostname(),
       },
     )
     self._running[trial.name] = (trial, process, time.monotonic(), offset)
-    resumed = f' (resuming from step {last_train_step(directory)})' if attempt > 1 else ''
-    self._print(f'[start] {trial.name}{resumed}')
+    self._print(f'[start] {trial.name}{_resume_note(directory, killed)}')
 
   def _finish(self, name: str) -> str:
     trial, process, started, offset = self._running.pop(name)
