@@ -275,6 +275,27 @@ def test_a_directory_of_another_config_is_not_reused(tmp_path):
     sweep_runner.check_same_trial(directory, trial)
 
 
+def test_pinning_the_value_a_trial_ran_with_is_not_a_change(tmp_path):
+  """An experiment pins a base-config value (before the base's default moves on): trials
+  that already ran with that value resume; one that ran with another value is refused."""
+  [trial] = _trials(0)
+  directory = str(tmp_path / trial.name)
+  sweep_runner.write_status(directory, {'config': SMOKE, 'overrides': {'seed': 0}})
+  pinned = Trial(trial.name, SMOKE, {'seed': 0}, {'model.dropout': 0.3})
+  with open(os.path.join(directory, workdir_lib.CONFIG_FILE), 'w') as f:
+    json.dump({'seed': 0, 'model': {'dropout': 0.3}}, f)
+  sweep_runner.check_same_trial(directory, pinned)
+  with open(os.path.join(directory, workdir_lib.CONFIG_FILE), 'w') as f:
+    json.dump({'seed': 0, 'model': {'dropout': 0.2}}, f)
+  with pytest.raises(SweepError, match=r'\(model.dropout \(unset\) -> 0.3\)'):
+    sweep_runner.check_same_trial(directory, pinned)
+  # An override dropped is a change whatever the run had: the base's value is not known here.
+  sweep_runner.write_status(directory, {'config': SMOKE, 'overrides': {'seed': 0,
+                                                                       'model.dropout': 0.2}})
+  with pytest.raises(SweepError, match=r'\(model.dropout 0.2 -> \(unset\)\)'):
+    sweep_runner.check_same_trial(directory, trial)
+
+
 def test_error_summary_finds_the_exception_line():
   tail = [
     'I1129 12:00:00 train.py:1] Error handling later',

@@ -92,19 +92,38 @@ def _shown(overrides: dict, key: str) -> str:
   return repr(overrides[key]) if key in overrides else '(unset)'
 
 
+def _saved_settings(directory: str) -> dict:
+  """Dotted key -> value of the trial run's config.json ({} when it has none or it is broken:
+  then nothing counts as unchanged)."""
+  try:
+    with open(os.path.join(directory, workdir_lib.CONFIG_FILE), encoding='utf-8') as f:
+      return workdir_lib.flatten(json.load(f))
+  except (OSError, ValueError):
+    return {}
+
+
 def check_same_trial(directory: str, trial: Trial) -> None:
-  """Refuses to reuse a directory that a trial with another config (BASE, FIXED) wrote."""
+  """Refuses to reuse a directory that a trial with another config (BASE, FIXED) wrote.
+
+  An override that is new or changed but equal to what the trial's run already had (its
+  config.json) changes nothing, so it is accepted: an experiment may pin a value of its base
+  config before that config's default moves on."""
   status = read_status(directory)
   now = _identity(trial)
   if not status or {k: status.get(k) for k in now} == now:
     return
+  saved = _saved_settings(directory)
   changes = []
   if status.get('config') != now['config']:
     changes.append(f'config {status.get("config")} -> {now["config"]}')
   before, after = status.get('overrides') or {}, now['overrides']
   for key in sorted(set(before) | set(after)):
-    if before.get(key, _UNSET) != after.get(key, _UNSET):
-      changes.append(f'{key} {_shown(before, key)} -> {_shown(after, key)}')
+    new = after.get(key, _UNSET)
+    if before.get(key, _UNSET) == new or (key in saved and saved[key] == new):
+      continue
+    changes.append(f'{key} {_shown(before, key)} -> {_shown(after, key)}')
+  if not changes:
+    return
   raise SweepError(
     f'{directory} was run with other settings than the experiment now gives '
     f'({", ".join(changes)}); use a new --workdir or delete that directory'
