@@ -15,6 +15,8 @@ results/learning_speed/bottleneck/. On an accelerator raise the lengths to 5-60 
 lengths 64) and the steps: the grid stays the same.
 """
 
+from experiments import sizes
+
 BASE = 'configs/reverse.py'
 TIMINGS = (('none', False), ('bahdanau', False), ('luong', True))
 SEEDS = (0, 1, 2)
@@ -29,9 +31,7 @@ LONG_SYNTHETIC = {
   'train.checkpoint_every': 500,
 }
 G2P_CPU = {
-  # configs/g2p.py as these trials ran (it has since moved to token batching, dropout 0.3)
-  'data.batching': 'examples',
-  'model.dropout': 0.2,
+  **sizes.G2P_LEARNING_SPEED_BASE,
   'model.hidden_size': 128,
   'data.global_batch_size': 64,
   'train.num_steps': 1000,

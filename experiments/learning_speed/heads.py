@@ -12,10 +12,11 @@ batch 64, 1,000 steps: about half an epoch, so an early-training comparison). Th
 wall time is in results/learning_speed/heads/. On an accelerator raise the steps.
 """
 
+from experiments import sizes
+
 BASE = 'configs/g2p.py'
 FIXED = {
-  # configs/g2p.py as these trials ran (it has since moved to token batching, dropout 0.3)
-  'data.batching': 'examples',
+  **sizes.G2P_LEARNING_SPEED_BASE,
   'model.kind': 'transformer',
   'model.hidden_size': 128,
   'model.encoder_layers': 2,

@@ -14,6 +14,8 @@ steps). The measured wall time is in results/learning_speed/local_global/. On an
 accelerator raise the steps.
 """
 
+from experiments import sizes
+
 BASE = 'configs/reverse.py'
 WINDOWS = ('global', 'local_m', 'local_p')
 SEEDS = (0, 1, 2)
@@ -32,9 +34,7 @@ REVERSE = {
   'data.bucket_size': 16,
 }
 G2P_CPU = {
-  # configs/g2p.py as these trials ran (it has since moved to token batching, dropout 0.3)
-  'data.batching': 'examples',
-  'model.dropout': 0.2,
+  **sizes.G2P_LEARNING_SPEED_BASE,
   **SHARED,
   'model.hidden_size': 128,
   'data.global_batch_size': 64,

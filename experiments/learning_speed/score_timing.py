@@ -17,6 +17,8 @@ time is in results/learning_speed/score_timing/. On an accelerator drop the step
 to train the task configs at full size.
 """
 
+from experiments import sizes
+
 BASE = 'configs/g2p.py'
 SCORES = ('dot', 'general', 'concat')
 # (timing, input_feeding): input feeding exists only for Luong timing.
@@ -28,8 +30,7 @@ CPU_SIZE = {
   'eval.search': 'greedy',
   'eval.max_examples': 1000,
 }
-# configs/g2p.py as these trials ran (it has since moved to token batching, dropout 0.3)
-G2P_AS_RUN = {'data.batching': 'examples', 'model.dropout': 0.2}
+G2P_AS_RUN = sizes.G2P_LEARNING_SPEED_BASE
 TASKS = (
   ('configs/g2p.py', {**CPU_SIZE, **G2P_AS_RUN, 'train.num_steps': 1000, 'train.eval_every': 500,
                       'train.checkpoint_every': 500}),
