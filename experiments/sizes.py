@@ -43,9 +43,9 @@ LONG_SYNTHETIC = {
 
 # configs/g2p.py (token batching, beam-5 selection and test on the full eval and test sets;
 # dropout 0.3 and float32 pinned as the first trials ran) at half width (H=128) and one
-# encoder layer, without the recipe's label smoothing (the ablations compare the papers' cross-entropy training): with the recipe's 2-layer
-# encoder a single-threaded trial ran at ~6 steps/s, which put score_timing's 27 trials at
-# ~8 h on 2 cores for 12,000 steps.
+# encoder layer, without the recipe's label smoothing (the ablations compare the papers'
+# cross-entropy training): with the recipe's 2-layer encoder a single-threaded trial ran at
+# ~6 steps/s, which put score_timing's 27 trials at ~8 h on 2 cores for 12,000 steps.
 G2P_RNN = {
   'model.dtype': 'float32',  # whatever the recipe computes in: the ablations stay in float32
   'model.dropout': 0.3,  # as the first trials ran, whatever the recipe's dropout becomes
