@@ -18,7 +18,7 @@ from attnlab import workdir as workdir_lib
 from attnlab.config import ConfigError
 from attnlab.sweeps import command as sweep
 from attnlab.sweeps import runner as sweep_runner
-from attnlab.sweeps import trials
+from attnlab.sweeps import trial_dirs, trials
 from attnlab.sweeps.trials import SweepError, Trial
 
 SMOKE = 'configs/reverse.py:smoke'
@@ -211,7 +211,7 @@ def test_interrupted_trials_resume(tmp_path, fake_python, monkeypatch):
     runner.run([trial])
   status = sweep_runner.read_status(directory)
   assert status['status'] == 'interrupted' and status['returncode'] != 0
-  assert sweep_runner.trial_state(directory) == 'interrupted'
+  assert trial_dirs.trial_state(directory) == 'interrupted'
   monkeypatch.delenv('FAKE_HANG')
   runner = sweep_runner.LocalRunner(
     workdir, {trial.name: 4}, poll=0.02, python=fake_python, out=out
@@ -266,13 +266,13 @@ def test_a_directory_of_another_config_is_not_reused(tmp_path):
   [trial] = _trials(0)
   directory = str(tmp_path / trial.name)
   sweep_runner.write_status(directory, {'config': SMOKE, 'overrides': {'seed': 0}})
-  sweep_runner.check_same_trial(directory, trial)  # the same trial: fine
+  trial_dirs.check_same_trial(directory, trial)  # the same trial: fine
   changed = Trial(trial.name, SMOKE, {'seed': 0}, {'train.num_steps': 9})
   with pytest.raises(SweepError, match=r'\(train.num_steps \(unset\) -> 9\); use a new --workdir'):
-    sweep_runner.check_same_trial(directory, changed)
+    trial_dirs.check_same_trial(directory, changed)
   sweep_runner.write_status(directory, {'config': 'configs/a.py', 'overrides': {'seed': 1}})
   with pytest.raises(SweepError, match=r'\(config configs/a.py -> .*, seed 1 -> 0\)'):
-    sweep_runner.check_same_trial(directory, trial)
+    trial_dirs.check_same_trial(directory, trial)
 
 
 def test_pinning_the_value_a_trial_ran_with_is_not_a_change(tmp_path):
@@ -284,16 +284,16 @@ def test_pinning_the_value_a_trial_ran_with_is_not_a_change(tmp_path):
   pinned = Trial(trial.name, SMOKE, {'seed': 0}, {'model.dropout': 0.3})
   with open(os.path.join(directory, workdir_lib.CONFIG_FILE), 'w') as f:
     json.dump({'seed': 0, 'model': {'dropout': 0.3}}, f)
-  sweep_runner.check_same_trial(directory, pinned)
+  trial_dirs.check_same_trial(directory, pinned)
   with open(os.path.join(directory, workdir_lib.CONFIG_FILE), 'w') as f:
     json.dump({'seed': 0, 'model': {'dropout': 0.2}}, f)
   with pytest.raises(SweepError, match=r'\(model.dropout \(unset\) -> 0.3\)'):
-    sweep_runner.check_same_trial(directory, pinned)
+    trial_dirs.check_same_trial(directory, pinned)
   # An override dropped is a change whatever the run had: the base's value is not known here.
   sweep_runner.write_status(directory, {'config': SMOKE, 'overrides': {'seed': 0,
                                                                        'model.dropout': 0.2}})
   with pytest.raises(SweepError, match=r'\(model.dropout 0.2 -> \(unset\)\)'):
-    sweep_runner.check_same_trial(directory, trial)
+    trial_dirs.check_same_trial(directory, trial)
 
 
 def test_error_summary_finds_the_exception_line():
@@ -375,7 +375,7 @@ def test_a_real_sweep_runs_reports_and_skips_finished_trials(tmp_path, monkeypat
   assert sweep.run_sweep(path, workdir, parallel=2, progress_every=15, out=out) == 1
   names = ['score=dot,seed=0', 'score=dot,seed=1', 'score=concat,seed=0']
   for name in names:
-    assert sweep_runner.trial_state(os.path.join(workdir, name)) == 'finished', out.getvalue()
+    assert trial_dirs.trial_state(os.path.join(workdir, name)) == 'finished', out.getvalue()
   failed = sweep_runner.read_status(os.path.join(workdir, 'score=gneral,seed=0'))
   assert failed['status'] == 'failed' and "'gneral' is not valid" in failed['error']
   results = open(os.path.join(workdir, 'results.md')).read()

@@ -17,6 +17,7 @@ import numpy as np
 from attnlab import metrics
 from attnlab.reporting import convergence
 from attnlab.sweeps import runner as sweep_runner
+from attnlab.sweeps import trial_dirs
 from attnlab.sweeps import trials as trials_lib
 from attnlab.sweeps.trials import SEED_KEY, Trial
 
@@ -131,7 +132,7 @@ def read_jsonl(path: str) -> list[dict]:
 
 def read_trial(workdir: str, trial: Trial) -> TrialResult:
   directory = sweep_runner.trial_dir(workdir, trial)
-  state = sweep_runner.trial_state(directory)
+  state = trial_dirs.trial_state(directory)
   final = None
   if state == 'finished':
     with open(os.path.join(directory, sweep_runner.FINAL_FILE)) as f:

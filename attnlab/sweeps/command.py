@@ -29,6 +29,7 @@ from absl import app, flags
 
 from attnlab import cli
 from attnlab.sweeps import runner as sweep_runner
+from attnlab.sweeps import trial_dirs
 from attnlab.sweeps import trials as trials_lib
 from attnlab.sweeps.trials import SweepError
 
@@ -118,12 +119,12 @@ def run_sweep(
       raise SweepError(f'{experiment_path} has no trial {only!r}; --dry_run lists them')
   configs, errors = trials_lib.check_trials(trials)
   dirs = {t.name: sweep_runner.trial_dir(workdir, t) for t in trials}
-  states = {t.name: sweep_runner.trial_state(dirs[t.name]) for t in trials}
+  states = {t.name: trial_dirs.trial_state(dirs[t.name]) for t in trials}
   if dry_run:
     describe(experiment, trials, workdir, states, configs, errors, out)
     return 1 if errors else 0
   for trial in trials:
-    sweep_runner.check_same_trial(dirs[trial.name], trial)
+    trial_dirs.check_same_trial(dirs[trial.name], trial)
   if only is None:
     trials_lib.write_manifest(workdir, experiment, backend)
   todo = [t for t in trials if states[t.name] != 'finished' and t.name not in errors]
