@@ -10,9 +10,10 @@ and is tested on its best eval checkpoint (experiments/sizes.py). Bible trials (
 and reverse 3 seeds. 3 timings x (2 + 3 + 3) = 24 trials.
 
 COMMAND: python -m attnlab.sweep experiments/bottleneck.py --parallel=2 \
-  --workdir=runs/bottleneck
+  --workdir=runs/bottleneck --archive=results/bottleneck
   (on CPU prefix XLA_FLAGS=--xla_cpu_multi_thread_eigen=false: one single-threaded trial per
-  core; rerunning the command resumes the sweep where it stopped)
+  core; rerunning the command resumes the sweep where it stopped, and on another machine
+  restores the trials finished in results/bottleneck instead of training them again)
 """
 
 from experiments import sizes

@@ -8,9 +8,10 @@ again with too many heads (32). 4 variants x 3 seeds = 12 trials (experiments/si
 G2P_TRANSFORMER: d_model 128, 2+2 layers, FFN 256).
 
 COMMAND: python -m attnlab.sweep experiments/heads.py --parallel=2 \
-  --workdir=runs/heads
+  --workdir=runs/heads --archive=results/heads
   (on CPU prefix XLA_FLAGS=--xla_cpu_multi_thread_eigen=false: one single-threaded trial per
-  core; rerunning the command resumes the sweep where it stopped)
+  core; rerunning the command resumes the sweep where it stopped, and on another machine
+  restores the trials finished in results/heads instead of training them again)
 """
 
 from experiments import sizes

@@ -9,9 +9,10 @@ local_m close to global. Bible (BLEU, by length; half width, 2 seeds) and G2P (W
 every trial converged and tested on its best eval checkpoint: 3 x 2 + 3 x 3 = 15 trials.
 
 COMMAND: python -m attnlab.sweep experiments/local_global.py --parallel=2 \
-  --workdir=runs/local_global
+  --workdir=runs/local_global --archive=results/local_global
   (on CPU prefix XLA_FLAGS=--xla_cpu_multi_thread_eigen=false: one single-threaded trial per
-  core; rerunning the command resumes the sweep where it stopped)
+  core; rerunning the command resumes the sweep where it stopped, and on another machine
+  restores the trials finished in results/local_global instead of training them again)
 """
 
 from attnlab.models.attention import WINDOWS

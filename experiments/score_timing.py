@@ -9,9 +9,10 @@ and tested on its best eval checkpoint; the same grid on Bible translation is
 experiments/score_timing_bible.py. 9 variants x 3 seeds = 27 trials.
 
 COMMAND: python -m attnlab.sweep experiments/score_timing.py --parallel=2 \
-  --workdir=runs/score_timing
+  --workdir=runs/score_timing --archive=results/score_timing
   (on CPU prefix XLA_FLAGS=--xla_cpu_multi_thread_eigen=false: one single-threaded trial per
-  core; rerunning the command resumes the sweep where it stopped)
+  core; rerunning the command resumes the sweep where it stopped, and on another machine
+  restores the trials finished in results/score_timing instead of training them again)
 """
 
 from experiments import sizes

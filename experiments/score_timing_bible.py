@@ -5,9 +5,10 @@ BLEU, every trial tested on its best eval checkpoint. Half-width models
 9 variants x 2 seeds = 18 trials.
 
 COMMAND: python -m attnlab.sweep experiments/score_timing_bible.py --parallel=2 \
-  --workdir=runs/score_timing_bible
+  --workdir=runs/score_timing_bible --archive=results/score_timing_bible
   (on CPU prefix XLA_FLAGS=--xla_cpu_multi_thread_eigen=false: one single-threaded trial per
-  core; rerunning the command resumes the sweep where it stopped)
+  core; rerunning the command resumes the sweep where it stopped, and on another machine
+  restores the trials finished in results/score_timing_bible instead of training them again)
 """
 
 from experiments import sizes

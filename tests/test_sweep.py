@@ -133,40 +133,6 @@ def test_one_trial_and_unknown_trials(tmp_path):
     sweep.run_sweep(path, str(tmp_path / 's'), only='score=dot,seed=9', dry_run=True)
 
 
-FAKE_MAIN = """\
-#!{python}
-# Stands in for `python -m attnlab.main`: logs step 2, then finishes, fails or hangs.
-import json, os, sys, time
-args = dict(a.split('=', 1) for a in sys.argv[3:])
-workdir = args['--workdir']
-seed = args['--config.seed']
-if seed == '13':
-  print('I1129 noise before the error')
-  print('Traceback (most recent call last):')
-  print('ValueError: seed 13 is unlucky')
-  sys.exit(1)
-with open(os.path.join(workdir, 'metrics.jsonl'), 'a') as f:
-  f.write(json.dumps({{'step': 2, 'split': 'train'}}) + '\\n')
-os.makedirs(os.path.join(workdir, 'checkpoints', '2'), exist_ok=True)
-if os.environ.get('FAKE_HANG') == '1':
-  time.sleep(120)
-final = {{'step': 4, 'test': {{'sequence_accuracy': 0.5}}}}
-if seed == '1':  # a run that selected on WER and stopped early
-  final = {{'step': 3, 'trained_steps': 4, 'selection': {{'metric': 'wer', 'stopped_early': True}},
-           'test': {{'wer': 0.25, 'sequence_accuracy': 0.75}}}}
-with open(os.path.join(workdir, 'final_metrics.json'), 'w') as f:
-  json.dump(final, f)
-"""
-
-
-@pytest.fixture
-def fake_python(tmp_path):
-  path = tmp_path / 'fake_python'
-  path.write_text(FAKE_MAIN.format(python=sys.executable))
-  path.chmod(0o755)
-  return str(path)
-
-
 def _trials(*seeds):
   return [Trial(f'seed={s}', SMOKE, {'seed': s}, {}) for s in seeds]
 

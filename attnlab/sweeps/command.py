@@ -1,7 +1,7 @@
 """Run an experiment file as a sweep of trials, locally or as a SLURM job array.
 
     python -m attnlab.sweep experiments/score_timing.py --workdir=runs/score_timing \
-        [--parallel=2] [--dry_run] [--backend=local|slurm] [--submit]
+        [--parallel=2] [--archive=results/score_timing] [--dry_run] [--backend=local|slurm]
 
 Each trial (attnlab/trials.py) runs `python -m attnlab.main` in its own process and directory
 DIR/NAME, so a crash cannot take the sweep down. Every trial's config is checked first; one
@@ -10,6 +10,11 @@ finished trials (final_metrics.json present) and continues the others from their
 (an interrupted sweep resumes). A failed trial keeps its error in DIR/NAME/sweep_status.json
 and its output in DIR/NAME/sweep_log.txt. DIR/sweep.json lists the trials. At the end the
 report is written (`python -m attnlab.report DIR`; skip with --noreport).
+
+--archive=ARCHIVE keeps a copy of each finished trial without its checkpoints in ARCHIVE/NAME
+(attnlab/sweeps/archive.py): a sweep longer than one machine's life goes on elsewhere from the
+archive (commit it, or copy it to lasting storage), restoring its finished trials into
+--workdir instead of training them again. The report is written into ARCHIVE too.
 
 --backend=slurm writes DIR/slurm_commands.txt, one line per unfinished trial (each runs this
 module with --trial=NAME), and prints the `sbatch` command of launch/slurm_sweep.sh that runs
@@ -28,6 +33,7 @@ import sys
 from absl import app, flags
 
 from attnlab import cli
+from attnlab.sweeps import archive as archive_lib
 from attnlab.sweeps import runner as sweep_runner
 from attnlab.sweeps import trial_dirs
 from attnlab.sweeps import trials as trials_lib
@@ -41,6 +47,10 @@ _DRY_RUN = flags.DEFINE_bool('dry_run', False, 'List the trials and their state;
 _BACKEND = flags.DEFINE_enum('backend', 'local', ['local', 'slurm'], 'Where trials run.')
 _SUBMIT = flags.DEFINE_bool('submit', False, 'slurm: submit the job array.')
 _SBATCH_ARGS = flags.DEFINE_string('sbatch_args', '', 'slurm: extra sbatch options.')
+_ARCHIVE = flags.DEFINE_string(
+  'archive', None, 'Keep each finished trial, without checkpoints, in this folder; restore the '
+  'trials finished there (attnlab/sweeps/archive.py).'
+)
 _TRIAL = flags.DEFINE_string('trial', None, 'Run only this trial (name); used by slurm tasks.')
 _REPORT = flags.DEFINE_bool('report', True, 'Write the report when the trials are done.')
 _PROGRESS_EVERY = flags.DEFINE_float('progress_every', 30.0, 'Seconds between progress lines.')
@@ -106,6 +116,7 @@ def run_sweep(
   submit: bool = False,
   sbatch_args: str = '',
   only: str | None = None,
+  archive: str | None = None,
   report: bool = True,
   progress_every: float = 30.0,
   out=None,
@@ -127,6 +138,15 @@ def run_sweep(
     trial_dirs.check_same_trial(dirs[trial.name], trial)
   if only is None:
     trials_lib.write_manifest(workdir, experiment, backend)
+  if archive:
+    if only is None:
+      archive_lib.copy_manifest(workdir, archive)
+    valid = [t for t in trials if t.name not in errors]
+    restored, archived = archive_lib.sync(workdir, archive, valid)
+    states.update({name: 'finished' for name in restored})
+    if restored or archived:
+      _print(f'archive {archive}: {len(restored)} finished trials restored, '
+             f'{len(archived)} archived', out)
   todo = [t for t in trials if states[t.name] != 'finished' and t.name not in errors]
   skipped = sum(state == 'finished' for state in states.values())
   _print(
@@ -136,7 +156,12 @@ def run_sweep(
   )
   steps = {name: config.train.num_steps for name, config in configs.items()}
   runner = sweep_runner.LocalRunner(
-    workdir, steps, parallel=max(parallel, 1), progress_every=progress_every, out=out or sys.stdout
+    workdir,
+    steps,
+    parallel=max(parallel, 1),
+    archive=archive,
+    progress_every=progress_every,
+    out=out or sys.stdout,
   )
   for trial in trials:
     if trial.name in errors:
@@ -147,7 +172,7 @@ def run_sweep(
     if not todo:
       _print('nothing to submit: every valid trial is finished', out)
       return 1 if errors else 0
-    commands = sweep_runner.write_slurm_commands(experiment_path, workdir, todo)
+    commands = sweep_runner.write_slurm_commands(experiment_path, workdir, todo, archive=archive)
     command, env = sweep_runner.slurm_submission(
       commands,
       shlex.split(sbatch_args),
@@ -172,6 +197,8 @@ def run_sweep(
     )
 
     _print(f'report: {report_lib.write_report(workdir)}', out)
+    if archive:
+      _print(f'report: {report_lib.write_report(archive)}', out)
   return 1 if failed else 0
 
 
@@ -195,6 +222,7 @@ def main(argv):
       submit=_SUBMIT.value,
       sbatch_args=_SBATCH_ARGS.value,
       only=_TRIAL.value,
+      archive=_ARCHIVE.value,
       report=_REPORT.value,
       progress_every=_PROGRESS_EVERY.value,
     )

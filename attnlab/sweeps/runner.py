@@ -27,6 +27,7 @@ import time
 from collections.abc import Sequence
 
 from attnlab import workdir as workdir_lib
+from attnlab.sweeps import archive as archive_lib
 from attnlab.sweeps.trial_dirs import (
   FINAL_FILE,
   LOG_FILE,
@@ -106,6 +107,7 @@ class LocalRunner:
     workdir: the sweep directory.
     total_steps: trial name -> train.num_steps, for the progress display.
     parallel: trials running at once.
+    archive: a folder that gets a copy of each trial as it finishes (attnlab/sweeps/archive.py).
     progress_every: seconds between progress lines (one also comes whenever a trial ends).
     python: the interpreter that runs `-m attnlab.main`.
   """
@@ -116,6 +118,7 @@ class LocalRunner:
     total_steps: dict[str, int],
     *,
     parallel: int = 1,
+    archive: str | None = None,
     progress_every: float = 30.0,
     poll: float = 0.5,
     python: str = sys.executable,
@@ -125,6 +128,7 @@ class LocalRunner:
     if parallel < 1:
       raise SweepError(f'--parallel={parallel} must be >= 1')
     self.workdir, self.total_steps, self.parallel = workdir, total_steps, parallel
+    self.archive = archive
     self.progress_every, self.poll, self.python, self.out = progress_every, poll, python, out
     self._sleep = sleep  # between polls of the running processes
     self._running: dict[str, tuple[Trial, subprocess.Popen, float, int]] = {}
@@ -244,6 +248,9 @@ class LocalRunner:
         f'-- log: {os.path.join(directory, LOG_FILE)}'
       )
     write_status(directory, status)
+    if self.archive and status['status'] == 'finished':
+      kept = archive_lib.archive_trial(self.workdir, self.archive, trial)
+      self._print(f'[archived] {trial.name} -> {kept}')
     return status['status']
 
   def _result(self, directory: str) -> str:
@@ -307,7 +314,12 @@ class LocalRunner:
 
 
 def write_slurm_commands(
-  experiment_path: str, workdir: str, trials: Sequence[Trial], *, python: str = sys.executable
+  experiment_path: str,
+  workdir: str,
+  trials: Sequence[Trial],
+  *,
+  python: str = sys.executable,
+  archive: str | None = None,
 ) -> str:
   """DIR/slurm_commands.txt for launch/slurm_sweep.sh: array task i runs line i+1.
 
@@ -330,6 +342,7 @@ def write_slurm_commands(
             f'--trial={trial.name}',
             '--noreport',
           ]
+          + ([f'--archive={os.path.abspath(archive)}'] if archive else [])
         )
         + '\n'
       )

@@ -1,0 +1,84 @@
+"""A sweep's archive: each finished trial kept without its checkpoints, in a folder meant to be
+committed or copied off the machine (`python -m attnlab.sweep ... --archive=DIR`).
+
+A converged ablation takes longer than one machine lives (a session, a preemptible VM, a
+cluster job's scratch disk). A finished trial is all a report needs without its checkpoints
+(config.json, final_metrics.json, metrics.jsonl, predictions, attention weights, status and
+wall time: a few MB), so the runner copies it to ARCHIVE/NAME as soon as it ends, and a sweep
+started anywhere else with the same --archive restores those trials into its --workdir as
+finished instead of training them again. ARCHIVE holds the sweep's sweep.json too, so
+`python -m attnlab.report ARCHIVE` writes the same report from the archive alone.
+
+What is left out (`LEFT_OUT`): checkpoints (tens of MB per trial, useless once tested), the
+TensorBoard events (metrics.jsonl holds the same numbers) and the libraries' log train.log.
+A trial whose archived copy is finished is never trained again: to retrain it, delete
+ARCHIVE/NAME and WORKDIR/NAME.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import shutil
+from collections.abc import Iterable
+
+from attnlab import console
+from attnlab import workdir as workdir_lib
+from attnlab.sweeps import trial_dirs
+from attnlab.sweeps.trials import MANIFEST, Trial
+
+LEFT_OUT = (workdir_lib.CHECKPOINTS, 'events.out.tfevents.*', console.LOG_FILE, '*.tmp')
+
+
+def _ignore(directory: str, names: list[str]) -> set[str]:
+  return {n for n in names if any(fnmatch.fnmatch(n, pattern) for pattern in LEFT_OUT)}
+
+
+def _replace_tree(source: str, target: str) -> None:
+  """Copies `source` to `target` (without LEFT_OUT) through a temporary sibling, so that an
+  interrupted copy never leaves a half-written trial that looks finished."""
+  tmp = f'{target}.{os.getpid()}.tmp'
+  shutil.rmtree(tmp, ignore_errors=True)
+  shutil.copytree(source, tmp, ignore=_ignore)
+  old = f'{target}.{os.getpid()}.old'
+  if os.path.exists(target):
+    os.replace(target, old)
+  os.replace(tmp, target)
+  shutil.rmtree(old, ignore_errors=True)
+
+
+def archive_trial(workdir: str, archive: str, trial: Trial) -> str:
+  """Copies the finished trial WORKDIR/NAME to ARCHIVE/NAME; returns the archived path."""
+  os.makedirs(archive, exist_ok=True)
+  target = trial_dirs.trial_dir(archive, trial)
+  _replace_tree(trial_dirs.trial_dir(workdir, trial), target)
+  return target
+
+
+def copy_manifest(workdir: str, archive: str) -> None:
+  os.makedirs(archive, exist_ok=True)
+  shutil.copyfile(os.path.join(workdir, MANIFEST), os.path.join(archive, MANIFEST))
+
+
+def sync(workdir: str, archive: str, trials: Iterable[Trial]) -> tuple[list[str], list[str]]:
+  """Makes WORKDIR and ARCHIVE agree on the finished trials before a sweep runs.
+
+  A trial finished in the archive but not in the workdir (trained on another machine) is
+  restored into the workdir, over whatever partial run the workdir had; one finished in the
+  workdir but not in the archive (trained before --archive was given) is archived. Returns the
+  names (restored, archived)."""
+  restored, archived = [], []
+  for trial in trials:
+    kept = trial_dirs.trial_dir(archive, trial)
+    local = trial_dirs.trial_dir(workdir, trial)
+    kept_done = trial_dirs.trial_state(kept) == 'finished'
+    local_done = trial_dirs.trial_state(local) == 'finished'
+    if kept_done and not local_done:
+      trial_dirs.check_same_trial(kept, trial)
+      os.makedirs(workdir, exist_ok=True)
+      _replace_tree(kept, local)
+      restored.append(trial.name)
+    elif local_done and not kept_done:
+      archive_trial(workdir, archive, trial)
+      archived.append(trial.name)
+  return restored, archived

@@ -1,0 +1,122 @@
+"""A sweep's archive (attnlab/sweeps/archive.py): finished trials kept without checkpoints, and a
+sweep on another machine (a fresh --workdir) that restores them instead of training them again."""
+
+import io
+import json
+import os
+
+import pytest
+
+from attnlab import console
+from attnlab.sweeps import archive as archive_lib
+from attnlab.sweeps import command as sweep
+from attnlab.sweeps import runner as sweep_runner
+from attnlab.sweeps import trial_dirs
+from attnlab.sweeps.trials import MANIFEST, SweepError, Trial
+
+SMOKE = 'configs/reverse.py:smoke'
+EXPERIMENT = f"""
+BASE = {SMOKE!r}
+def sweep(add):
+  for seed in (0, 1):
+    add(**{{'seed': seed}})
+"""
+
+
+def _trials(*seeds):
+  return [Trial(f'seed={s}', SMOKE, {'seed': s}, {}) for s in seeds]
+
+
+def _files(directory):
+  return sorted(
+    os.path.relpath(os.path.join(root, name), directory)
+    for root, _, names in os.walk(directory)
+    for name in names
+  )
+
+
+def test_a_finished_trial_is_archived_without_checkpoints(tmp_path, fake_python):
+  workdir, archive, out = str(tmp_path / 'sweep'), str(tmp_path / 'kept'), io.StringIO()
+  runs = _trials(0, 13)  # seed 13 fails in the stand-in interpreter
+  runner = sweep_runner.LocalRunner(
+    workdir, {t.name: 4 for t in runs}, archive=archive, poll=0.02, python=fake_python, out=out
+  )
+  for name in ('seed=0', 'seed=13'):  # what training also leaves, but the archive does not keep
+    os.makedirs(os.path.join(workdir, name), exist_ok=True)
+    for left_out in (console.LOG_FILE, 'events.out.tfevents.123.host'):
+      with open(os.path.join(workdir, name, left_out), 'w') as f:
+        f.write('library log\n')
+  assert runner.run(runs) == {'seed=0': 'finished', 'seed=13': 'failed'}
+  kept = os.path.join(archive, 'seed=0')
+  assert os.path.isdir(os.path.join(workdir, 'seed=0', 'checkpoints', '2'))
+  assert _files(kept) == [
+    'final_metrics.json', 'metrics.jsonl', sweep_runner.LOG_FILE, trial_dirs.STATUS_FILE
+  ]
+  assert trial_dirs.read_status(kept)['status'] == 'finished'  # the final status, not 'running'
+  assert not os.path.exists(os.path.join(archive, 'seed=13'))  # failed: nothing to keep
+  assert f'[archived] seed=0 -> {kept}' in out.getvalue()
+  assert not [n for n in os.listdir(archive) if n.endswith(('.tmp', '.old'))]
+
+
+def test_a_new_machine_restores_finished_trials_and_runs_the_rest(tmp_path, fake_python):
+  archive = str(tmp_path / 'kept')
+  first = str(tmp_path / 'machine1')
+  runs = _trials(0, 1)
+  runner = sweep_runner.LocalRunner(
+    first, {t.name: 4 for t in runs}, archive=archive, poll=0.02, python=fake_python,
+    out=io.StringIO(),
+  )
+  assert runner.run(runs[:1]) == {'seed=0': 'finished'}
+
+  # Machine 2: an empty workdir, except a partial run of seed 0 (to be replaced by the archive).
+  second = str(tmp_path / 'machine2')
+  os.makedirs(os.path.join(second, 'seed=0', 'checkpoints', '1'))
+  restored, archived = archive_lib.sync(second, archive, runs)
+  assert (restored, archived) == (['seed=0'], [])
+  assert trial_dirs.trial_state(os.path.join(second, 'seed=0')) == 'finished'
+  assert not os.path.exists(os.path.join(second, 'seed=0', 'checkpoints'))
+  with open(os.path.join(second, 'seed=0', 'final_metrics.json')) as f:
+    assert json.load(f)['test'] == {'sequence_accuracy': 0.5}
+
+  # A trial finished in the workdir before --archive was given is archived by the next sync.
+  runner = sweep_runner.LocalRunner(
+    second, {'seed=1': 4}, poll=0.02, python=fake_python, out=io.StringIO()
+  )
+  assert runner.run(runs[1:]) == {'seed=1': 'finished'}
+  assert archive_lib.sync(second, archive, runs) == ([], ['seed=1'])
+  assert archive_lib.sync(second, archive, runs) == ([], [])  # in agreement now
+  assert trial_dirs.trial_state(os.path.join(archive, 'seed=1')) == 'finished'
+
+
+def test_an_archived_trial_of_other_settings_is_refused(tmp_path):
+  archive, workdir = str(tmp_path / 'kept'), str(tmp_path / 'sweep')
+  [trial] = _trials(0)
+  kept = trial_dirs.trial_dir(archive, trial)
+  trial_dirs.write_status(kept, {'config': SMOKE, 'overrides': {'seed': 0}, 'status': 'finished'})
+  with open(os.path.join(kept, 'final_metrics.json'), 'w') as f:
+    json.dump({'step': 4}, f)
+  changed = Trial(trial.name, SMOKE, {'seed': 0}, {'train.num_steps': 9})
+  with pytest.raises(SweepError, match=r'kept/seed=0 was run with other settings .*num_steps'):
+    archive_lib.sync(workdir, archive, [changed])
+  assert not os.path.exists(workdir)  # nothing restored
+
+
+def test_the_sweep_command_skips_what_the_archive_holds(tmp_path, fake_python):
+  """`python -m attnlab.sweep EXP --workdir=NEW --archive=A` on a fresh machine: the trials
+  finished in A are restored and not run; A gets the sweep's manifest for the report."""
+  path = tmp_path / 'exp.py'
+  path.write_text(EXPERIMENT)
+  archive = str(tmp_path / 'kept')
+  runner = sweep_runner.LocalRunner(
+    str(tmp_path / 'old'), {'seed=0': 4, 'seed=1': 4}, archive=archive, poll=0.02,
+    python=fake_python, out=io.StringIO(),
+  )
+  assert runner.run(_trials(0, 1)) == {'seed=0': 'finished', 'seed=1': 'finished'}
+  out, workdir = io.StringIO(), str(tmp_path / 'new')
+  code = sweep.run_sweep(str(path), workdir, archive=archive, report=False, out=out)
+  assert code == 0, out.getvalue()
+  assert f'archive {archive}: 2 finished trials restored, 0 archived' in out.getvalue()
+  assert '2 trials, 2 finished (skipped), 0 to run, 0 invalid' in out.getvalue()
+  assert '[start]' not in out.getvalue()
+  with open(os.path.join(archive, MANIFEST)) as f:
+    assert [t['name'] for t in json.load(f)['trials']] == ['seed=0', 'seed=1']
