@@ -45,6 +45,17 @@ def _settings(quick: bool) -> dict:
   )
 
 
+def _mean_step_flops(jr, batches) -> float:
+  """The mean FLOPs of a training step over `batches` (counted once per distinct shape:
+  tracing is slow)."""
+  by_shape = {}
+  for b in batches:
+    shape = (b['source'].shape, b['target'].shape)
+    if shape not in by_shape:
+      by_shape[shape] = jr.train_step_flops(b)
+  return float(np.mean([by_shape[(b['source'].shape, b['target'].shape)] for b in batches]))
+
+
 def bench_workload(
   w: workloads.Workload,
   quick: bool,
@@ -55,13 +66,16 @@ def bench_workload(
 ) -> dict:
   jr = jax_side.JaxRunner(w, quick=quick)
   batch_size = jr.cfg.data.global_batch_size
-  padded, trimmed = workloads.make_batches(s['num_batches'], batch_size, w.bucket_size)
+  padded, trimmed = workloads.make_batches(
+    s['num_batches'], batch_size, w.bucket_size, token_buckets=w.token_buckets
+  )
+  shapes = dict.fromkeys(f'{b["source"].shape[1]}x{b["target"].shape[1]}' for b in padded)
   row = {
     'workload': w.name,
     'kind': w.kind,
     'dtype': w.dtype,
     'batch_size': batch_size,
-    'padded_shape': f'{padded[0]["source"].shape[1]}x{padded[0]["target"].shape[1]}',
+    'padded_shape': ', '.join(shapes),
   }
   tr = None
   if with_torch:
@@ -109,7 +123,7 @@ def bench_workload(
   steps_per_rep = s['train_steps']
   cycle = lambda batches: [batches[i % len(batches)] for i in range(steps_per_rep)]
   first_s = measure.timed(lambda: jr.train(padded[:1]))[0]
-  jr.train(padded)  # warm-up: every batch (one shape) seen once
+  jr.train(padded)  # warm-up: every batch (every shape) seen once
   tokens = sum(workloads.target_tokens(b) for b in cycle(padded))
   runs = {'jax': lambda: jr.train(cycle(padded))}
   if tr is not None:
@@ -125,20 +139,13 @@ def bench_workload(
     train_traces=jr.traces['train'],
     donated=jr.donated,
   )
-  jax_flops = jr.train_step_flops(padded[0])
+  jax_flops = _mean_step_flops(jr, cycle(padded))
   row['train_gflop_per_step'] = round(jax_flops / 1e9, 3)
   row['train_jax_mfu'] = round(jax_flops / jax_step_s / 1e9 / peak_gflops, 4)
   if tr is not None:
     row['train_torch_tok_s'] = round(tokens / res['torch']['median_s'])
     row['train_ratio'] = round(res['torch']['median_s'] / res['jax']['median_s'], 2)
-    by_shape = {}  # tracing is slow: once per distinct trimmed shape
-    for b in cycle(trimmed):
-      shape = (b['source'].shape, b['target'].shape)
-      if shape not in by_shape:
-        by_shape[shape] = jr.train_step_flops(b)
-    torch_flops = np.mean(
-      [by_shape[(b['source'].shape, b['target'].shape)] for b in cycle(trimmed)]
-    )
+    torch_flops = _mean_step_flops(jr, cycle(trimmed))
     torch_step_s = res['torch']['median_s'] / steps_per_rep
     row['train_torch_mfu'] = round(torch_flops / torch_step_s / 1e9 / peak_gflops, 4)
   row['traces'] = dict(jr.traces)
@@ -211,7 +218,8 @@ def main(argv=None) -> dict:
       with_torch and not w.jax_only,
       not args.no_memory
       and not args.quick
-      and (w.headline or w.kind == 'transformer' or w.jax_only),
+      and (w.headline or w.kind == 'transformer' or w.jax_only)
+      and not w.token_buckets,  # the same model as its bucketed row
     )
     result['rows'].append(row)
     print(report.row_line(row), flush=True)

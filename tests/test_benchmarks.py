@@ -16,6 +16,8 @@ import numpy as np
 import pytest
 from jax import lax
 
+from attnlab.data import batching
+from attnlab.models import PAD_ID
 from attnlab.models.factory import build_model
 from attnlab.search import top_k
 from attnlab.steps import decoder_input
@@ -39,6 +41,29 @@ def test_quick_run_writes_results(tmp_path):
   saved = json.loads((tmp_path / 'ci.json').read_text())
   assert saved['rows'][0]['workload'] == 'luong-general-feed'
   assert '| luong-general-feed (16x16) |' in (tmp_path / 'ci.md').read_text()
+
+
+def test_token_batched_rows_are_grouped_and_padded_as_token_batching_does():
+  """The -tokens workloads: every row of a batch is one that token batching puts in that
+  batch's shape (one of 8 fit to the length histogram), PyTorch gets the same rows trimmed."""
+  padded, trimmed = workloads.make_batches(6, 64, 8, token_buckets=8)
+  rng = np.random.default_rng(0)  # make_batches draws its pool of lengths first, same seed
+  src, tgt = workloads._lengths(rng, 64 * 6 * 64)
+  shapes = batching.choose_shapes(src, tgt, 8)
+  for pad, trim in zip(padded, trimmed, strict=True):
+    row_src, row_tgt = (np.sum(pad[k] != PAD_ID, axis=1) for k in ('source', 'target'))
+    (shape,) = set(batching.assign_shapes(row_src, row_tgt, shapes).tolist())
+    assert (pad['source'].shape[1], pad['target'].shape[1]) == tuple(shapes[shape])
+    for side in ('source', 'target'):
+      width = trim[side].shape[1]
+      assert (trim[side][:, -1] != PAD_ID).any()  # trimmed to the longest row
+      assert np.array_equal(pad[side][:, :width], trim[side]) and not pad[side][:, width:].any()
+  work = lambda bs: sum(b['source'].size + b['target'].size for b in bs)
+  real = lambda bs: sum(int(np.sum(b['source'] != PAD_ID) + np.sum(b['target'] != PAD_ID))
+                        for b in bs)
+  assert work(padded) / real(padded) < 1.05  # token batching pads < 5% here
+  bucket8, _ = workloads.make_batches(6, 64, 8)
+  assert work(bucket8) / real(bucket8) > 1.3  # buckets of 8: 16x16 for ~11x10
 
 
 @pytest.mark.parametrize(
