@@ -156,6 +156,54 @@ def torch_matmul_gflops(n: int = 1024, reps: int = 10) -> float:
   return 2 * n**3 / best / 1e9
 
 
+# The headline decoder's per-step LSTM matmul: [feed; h] (B x 2H) times [W_x; W_h] (2H x 4H),
+# B = 64, H = 256, run as 16 dependent steps (each step's input slices the last product), as
+# inside the RNN's time loop. Its rate bounds what the RNN workloads' MFU can reach.
+STEP_MATMUL = (64, 512, 1024)
+STEP_LOOP = 16
+
+
+def jax_step_matmul_gflops(reps: int = 10) -> float:
+  """Best float32 rate of XLA at the RNN step's matmul shape inside a scan, GFLOP/s."""
+  import jax
+  import jax.numpy as jnp
+
+  m, k, n = STEP_MATMUL
+  rng = np.random.default_rng(0)
+  x0 = jnp.asarray(rng.standard_normal((m, k)), jnp.float32)
+  w = jnp.asarray(rng.standard_normal((k, n)) / np.sqrt(k), jnp.float32)
+
+  def loop(x, w):
+    def body(x, _):
+      return jnp.tanh(x @ w)[:, :k], None
+
+    return jax.lax.scan(body, x, None, length=STEP_LOOP)[0]
+
+  run = jax.jit(loop)
+  run(x0, w).block_until_ready()
+  best = min(timed(lambda: run(x0, w).block_until_ready())[0] for _ in range(reps))
+  return 2 * m * k * n * STEP_LOOP / best / 1e9
+
+
+def torch_step_matmul_gflops(reps: int = 10) -> float:
+  """The same loop in PyTorch (eager, as the reference's decoder step loop runs)."""
+  import torch
+
+  m, k, n = STEP_MATMUL
+  x0, w = torch.randn(m, k), torch.randn(k, n) / k**0.5
+
+  def loop():
+    x = x0
+    for _ in range(STEP_LOOP):
+      x = torch.tanh(x @ w)[:, :k]
+    return x
+
+  with torch.inference_mode():
+    loop()
+    best = min(timed(loop)[0] for _ in range(reps))
+  return 2 * m * k * n * STEP_LOOP / best / 1e9
+
+
 def peak_rss_mib() -> float:
   """This process's resident-set high-water mark (VmHWM), MiB (0 where /proc is missing)."""
   try:

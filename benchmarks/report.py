@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from benchmarks import measure
+
 
 def _f(value, fmt: str = '{:,.0f}') -> str:
   if value is None:
@@ -49,6 +51,20 @@ def _table_row(r: dict) -> str:
   )
 
 
+def _step_matmul(result: dict) -> str:
+  """The rate at the RNN step's matmul shape: the ceiling of the RNN rows' MFU."""
+  rates = result.get('step_matmul_gflops')
+  if not rates:
+    return ''  # results written before it was measured
+  m, k, n = measure.STEP_MATMUL
+  peak = max(result['matmul_gflops'].values())
+  return (
+    f' At the RNN step\'s matmul shape ({m}x{k} @ {k}x{n}, {measure.STEP_LOOP} dependent steps '
+    f'in a loop, as in the decoder): XLA {rates["jax"]} GFLOP/s ({100 * rates["jax"] / peak:.0f}% '
+    f'of the peak), PyTorch {rates["torch"]} GFLOP/s: the ceiling of the RNN rows\' MFU.'
+  )
+
+
 def markdown(result: dict) -> str:
   s = result['settings']
   d = result['default_config']
@@ -59,7 +75,9 @@ def markdown(result: dict) -> str:
     f'cpu; {result["cpu_count"]} CPU cores, load average '
     f'{result["load_at_start"]} at start, {result["load_at_end"]} at end).\n\n',
     f'Float32 matmul peak (1024^3, best of 10): XLA {result["matmul_gflops"]["jax"]} GFLOP/s, '
-    f'PyTorch {result["matmul_gflops"]["torch"]} GFLOP/s; MFU uses the larger.\n\n',
+    f'PyTorch {result["matmul_gflops"]["torch"]} GFLOP/s; MFU uses the larger.'
+    + _step_matmul(result)
+    + '\n\n',
     'x = attnlab / PyTorch speed, both measured in the same run, repetitions alternated '
     f'(training: median of {s["train_reps"]} repetitions of {s["train_steps"]} steps; '
     f'decoding: median of {s["decode_reps"]} repetitions of {s["decode_batches"]} batch); '

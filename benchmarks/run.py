@@ -205,6 +205,10 @@ def main(argv=None) -> dict:
     'versions': {'jax': jax.__version__, 'torch': torch.__version__ if with_torch else None},
     'load_at_start': measure.load_average(),
     'matmul_gflops': {'jax': round(jax_peak, 1), 'torch': round(torch_peak, 1)},
+    'step_matmul_gflops': {
+      'jax': round(measure.jax_step_matmul_gflops(), 1),
+      'torch': round(measure.torch_step_matmul_gflops(), 1) if with_torch else 0.0,
+    },
     'settings': s,
     'rows': [],
   }
