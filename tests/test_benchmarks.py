@@ -130,3 +130,59 @@ def test_machine_name_tells_cpu_kinds_apart():
   assert machine_name(zen4, 2) == 'amd-epyc-f25m17-avx512-2cpu'
   assert machine_name(spr, 2) == 'intel-xeon-f6m143-amx-2cpu'
   assert machine_name({'model name': 'Apple M2'}, 8) == 'apple-m2-8cpu'  # no family/flags
+
+
+HLO = """\
+HloModule jit_step
+
+%fused_dot (p0: f32[4,8], p1: f32[8,2]) -> f32[4,2] {
+  %p0 = f32[4,8]{1,0} parameter(0)
+  %p1 = f32[8,2]{1,0} parameter(1)
+  ROOT %dot.1 = f32[4,2]{1,0} dot(%p0, %p1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+
+%fused_tanh (p0: f32[4,2]) -> f32[4,2] {
+  %p0 = f32[4,2]{1,0} parameter(0)
+  ROOT %tanh.1 = f32[4,2]{1,0} tanh(%p0)
+}
+
+ENTRY %main (a: f32[4,8], b: f32[8,2]) -> f32[4,2] {
+  %a = f32[4,8]{1,0} parameter(0)
+  %b = f32[8,2]{1,0} parameter(1)
+  %ynn_fusion.3 = f32[4,2]{1,0} fusion(%a, %b), kind=kCustom, calls=%fused_dot
+  %dot.7 = f32[4,2]{1,0} dot(%a, %b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %copy.2 = f32[4,2]{1,0} copy(%dot.7)
+  %while.1 = (s32[]) while(%t), condition=%cond, body=%body
+  ROOT %tanh_fusion = f32[4,2]{1,0} fusion(%ynn_fusion.3), kind=kLoop, calls=%fused_tanh
+}
+"""
+
+
+def test_profile_kinds_come_from_the_hlo_and_nested_time_counts_once():
+  from benchmarks import profile_ops
+
+  kinds = profile_ops.hlo_kinds(HLO)
+  assert kinds['ynn_fusion.3'] == 'matmul' and kinds['dot.7'] == 'matmul'  # a fused dot, a dot
+  assert kinds['tanh_fusion'] == 'elementwise' and kinds['copy.2'] == 'copy'
+  assert kinds['while.1'] == 'loop'
+  event = lambda op, ts, dur, tid=1: {'ph': 'X', 'ts': ts, 'dur': dur, 'tid': tid, 'pid': 7,
+                                      'name': op, 'args': {'hlo_op': op}}
+  events = [
+    event('while.1', 0, 100),  # a loop of two body ops: 100 - 30 - 50 = 20 of its own
+    event('dot.7', 10, 30),
+    event('copy.2', 50, 50),
+    event('dot.7', 0, 40, tid=2),  # the other core, at the same time
+    {'ph': 'X', 'ts': 0, 'dur': 500, 'tid': 1, 'pid': 7, 'name': 'PjitFunction'},  # not an op
+  ]
+  assert profile_ops.op_self_times(events) == {'while.1': 20.0, 'dot.7': 70.0, 'copy.2': 50.0}
+
+
+def test_profile_runs_on_a_real_search():
+  from benchmarks import profile_ops
+
+  headline = workloads.quick_workloads()[0]
+  result = profile_ops.profile(headline, 'greedy', calls=2, quick=True)
+  by_kind = result['by_kind_ms_per_call']
+  assert by_kind['matmul'] > 0 and sum(by_kind.values()) > 0
+  assert result['wall_ms_per_call'] > 0
+  assert '| matmul |' in profile_ops.markdown(result, top=5)
