@@ -337,8 +337,10 @@ def sweep(add):
 def test_a_real_sweep_runs_reports_and_skips_finished_trials(tmp_path, monkeypatch):
   monkeypatch.delenv('XLA_FLAGS', raising=False)  # trials on one CPU device compile faster
   path, workdir = write_experiment(tmp_path, TINY), str(tmp_path / 'sweep')
-  out = io.StringIO()
-  assert sweep.run_sweep(path, workdir, parallel=2, progress_every=15, out=out) == 1
+  archive, out = str(tmp_path / 'kept'), io.StringIO()
+  assert sweep.run_sweep(
+    path, workdir, parallel=2, progress_every=15, archive=archive, out=out
+  ) == 1
   names = ['score=dot,seed=0', 'score=dot,seed=1', 'score=concat,seed=0']
   for name in names:
     assert trial_dirs.trial_state(os.path.join(workdir, name)) == 'finished', out.getvalue()
@@ -353,6 +355,13 @@ def test_a_real_sweep_runs_reports_and_skips_finished_trials(tmp_path, monkeypat
   assert '| score=concat † | 1/1 | 0/1 (1 undecided) |' in results
   for kind in ('metric', 'by_length', 'curves', 'attention'):
     assert os.path.getsize(os.path.join(workdir, 'plots', f'reverse-smoke-{kind}.png')) > 3000
+  # The archive holds the finished trials without checkpoints, and the same report from them.
+  for name in names:
+    assert trial_dirs.trial_state(os.path.join(archive, name)) == 'finished'
+    assert not os.path.exists(os.path.join(archive, name, workdir_lib.CHECKPOINTS))
+  kept_report = open(os.path.join(archive, 'results.md')).read()
+  assert '| score=dot † | 2/2 | 0/2 (2 undecided) |' in kept_report
+  assert os.path.getsize(os.path.join(archive, 'plots', 'reverse-smoke-attention.png')) > 3000
 
   again = io.StringIO()
   assert sweep.run_sweep(path, workdir, parallel=2, out=again) == 1
