@@ -41,16 +41,36 @@ def test_a_finished_trial_is_archived_without_checkpoints(tmp_path, fake_python)
   runner = sweep_runner.LocalRunner(
     workdir, {t.name: 4 for t in runs}, archive=archive, poll=0.02, python=fake_python, out=out
   )
-  for name in ('seed=0', 'seed=13'):  # what training also leaves, but the archive does not keep
-    os.makedirs(os.path.join(workdir, name), exist_ok=True)
-    for left_out in (console.LOG_FILE, 'events.out.tfevents.123.host'):
-      with open(os.path.join(workdir, name, left_out), 'w') as f:
-        f.write('library log\n')
+  # What training also leaves: the archive keeps the test split's outputs only.
+  written = (
+    console.LOG_FILE,
+    'tensorboard/eval/events.out.tfevents.123.host',
+    'predictions_eval.jsonl',
+    'predictions_test.jsonl',
+    'attention/eval_step0000002.npz',
+    'attention/eval_step0000002_ex0.png',
+    'attention/test_step0000002.npz',
+    'attention/test_step0000002_ex0.png',
+    'samples/eval_step0000002.txt',
+    'samples/test_step0000002.txt',
+  )
+  for name in ('seed=0', 'seed=13'):
+    for path in written:
+      os.makedirs(os.path.dirname(os.path.join(workdir, name, path)), exist_ok=True)
+      with open(os.path.join(workdir, name, path), 'w') as f:
+        f.write('output\n')
   assert runner.run(runs) == {'seed=0': 'finished', 'seed=13': 'failed'}
   kept = os.path.join(archive, 'seed=0')
   assert os.path.isdir(os.path.join(workdir, 'seed=0', 'checkpoints', '2'))
   assert _files(kept) == [
-    'final_metrics.json', 'metrics.jsonl', sweep_runner.LOG_FILE, trial_dirs.STATUS_FILE
+    'attention/test_step0000002.npz',
+    'attention/test_step0000002_ex0.png',
+    'final_metrics.json',
+    'metrics.jsonl',
+    'predictions_test.jsonl',
+    'samples/test_step0000002.txt',
+    sweep_runner.LOG_FILE,
+    trial_dirs.STATUS_FILE,
   ]
   assert trial_dirs.read_status(kept)['status'] == 'finished'  # the final status, not 'running'
   assert not os.path.exists(os.path.join(archive, 'seed=13'))  # failed: nothing to keep

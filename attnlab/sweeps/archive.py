@@ -4,13 +4,16 @@ committed or copied off the machine (`python -m attnlab.sweep ... --archive=DIR`
 A converged ablation takes longer than one machine lives (a session, a preemptible VM, a
 cluster job's scratch disk). A finished trial is all a report needs without its checkpoints
 (config.json, final_metrics.json, metrics.jsonl, predictions, attention weights, status and
-wall time: a few MB), so the runner copies it to ARCHIVE/NAME as soon as it ends, and a sweep
+wall time: 1-2 MB), so the runner copies it to ARCHIVE/NAME as soon as it ends, and a sweep
 started anywhere else with the same --archive restores those trials into its --workdir as
 finished instead of training them again. ARCHIVE holds the sweep's sweep.json too, so
 `python -m attnlab.report ARCHIVE` writes the same report from the archive alone.
 
 What is left out (`LEFT_OUT`): checkpoints (tens of MB per trial, useless once tested), the
-TensorBoard events (metrics.jsonl holds the same numbers) and the libraries' log train.log.
+TensorBoard events (metrics.jsonl holds the same numbers), the libraries' log train.log, and
+what every evaluation on the eval split wrote along the way (heatmaps, samples, predictions:
+~3 MB for a G2P trial; its metrics stay in metrics.jsonl). The test split's predictions and
+attention at the selected step, which the report reads, are kept: ~1.4 MB for a G2P trial.
 A trial whose archived copy is finished is never trained again: to retrain it, delete
 ARCHIVE/NAME and WORKDIR/NAME.
 """
@@ -27,19 +30,30 @@ from attnlab import workdir as workdir_lib
 from attnlab.sweeps import trial_dirs
 from attnlab.sweeps.trials import MANIFEST, Trial
 
-LEFT_OUT = (workdir_lib.CHECKPOINTS, 'events.out.tfevents.*', console.LOG_FILE, '*.tmp')
-
-
-def _ignore(directory: str, names: list[str]) -> set[str]:
-  return {n for n in names if any(fnmatch.fnmatch(n, pattern) for pattern in LEFT_OUT)}
+# Paths relative to the trial directory (fnmatch patterns).
+LEFT_OUT = (
+  workdir_lib.CHECKPOINTS,
+  'tensorboard',
+  console.LOG_FILE,
+  '*.tmp',
+  'predictions_eval.jsonl',
+  'attention/eval_step*',
+  'samples/eval_step*',
+)
 
 
 def _replace_tree(source: str, target: str) -> None:
   """Copies `source` to `target` (without LEFT_OUT) through a temporary sibling, so that an
   interrupted copy never leaves a half-written trial that looks finished."""
+
+  def ignore(directory: str, names: list[str]) -> set[str]:
+    relative = os.path.relpath(directory, source)
+    paths = {n: os.path.normpath(os.path.join(relative, n)) for n in names}
+    return {n for n, p in paths.items() if any(fnmatch.fnmatch(p, x) for x in LEFT_OUT)}
+
   tmp = f'{target}.{os.getpid()}.tmp'
   shutil.rmtree(tmp, ignore_errors=True)
-  shutil.copytree(source, tmp, ignore=_ignore)
+  shutil.copytree(source, tmp, ignore=ignore)
   old = f'{target}.{os.getpid()}.old'
   if os.path.exists(target):
     os.replace(target, old)
