@@ -91,8 +91,7 @@ def test_a_new_machine_restores_finished_trials_and_runs_the_rest(tmp_path, fake
   # Machine 2: an empty workdir, except a partial run of seed 0 (to be replaced by the archive).
   second = str(tmp_path / 'machine2')
   os.makedirs(os.path.join(second, 'seed=0', 'checkpoints', '1'))
-  restored, archived = archive_lib.sync(second, archive, runs)
-  assert (restored, archived) == (['seed=0'], [])
+  assert archive_lib.sync(second, archive, runs) == (['seed=0'], [], [])
   assert trial_dirs.trial_state(os.path.join(second, 'seed=0')) == 'finished'
   assert not os.path.exists(os.path.join(second, 'seed=0', 'checkpoints'))
   with open(os.path.join(second, 'seed=0', 'final_metrics.json')) as f:
@@ -103,8 +102,8 @@ def test_a_new_machine_restores_finished_trials_and_runs_the_rest(tmp_path, fake
     second, {'seed=1': 4}, poll=0.02, python=fake_python, out=io.StringIO()
   )
   assert runner.run(runs[1:]) == {'seed=1': 'finished'}
-  assert archive_lib.sync(second, archive, runs) == ([], ['seed=1'])
-  assert archive_lib.sync(second, archive, runs) == ([], [])  # in agreement now
+  assert archive_lib.sync(second, archive, runs) == ([], ['seed=1'], [])
+  assert archive_lib.sync(second, archive, runs) == ([], [], [])  # in agreement now
   assert trial_dirs.trial_state(os.path.join(archive, 'seed=1')) == 'finished'
 
 

@@ -74,25 +74,32 @@ def copy_manifest(workdir: str, archive: str) -> None:
   shutil.copyfile(os.path.join(workdir, MANIFEST), os.path.join(archive, MANIFEST))
 
 
-def sync(workdir: str, archive: str, trials: Iterable[Trial]) -> tuple[list[str], list[str]]:
+def sync(
+  workdir: str, archive: str, trials: Iterable[Trial]
+) -> tuple[list[str], list[str], list[str]]:
   """Makes WORKDIR and ARCHIVE agree on the finished trials before a sweep runs.
 
   A trial finished in the archive but not in the workdir (trained on another machine) is
   restored into the workdir, over whatever partial run the workdir had; one finished in the
-  workdir but not in the archive (trained before --archive was given) is archived. Returns the
-  names (restored, archived)."""
-  restored, archived = [], []
+  workdir but not in the archive (trained before --archive was given) is archived. An archived
+  trial that ran to a step cap the experiment has raised since is outdated: not restored, it is
+  trained again (or extended from the workdir's checkpoints) and then replaces the archived
+  copy. Returns the names (restored, archived, outdated)."""
+  restored, archived, outdated = [], [], []
   for trial in trials:
     kept = trial_dirs.trial_dir(archive, trial)
     local = trial_dirs.trial_dir(workdir, trial)
     kept_done = trial_dirs.trial_state(kept) == 'finished'
     local_done = trial_dirs.trial_state(local) == 'finished'
     if kept_done and not local_done:
-      trial_dirs.check_same_trial(kept, trial)
+      old_cap = trial_dirs.check_same_trial(kept, trial)
+      if old_cap is not None and not trial_dirs.stopped_early(kept):
+        outdated.append(trial.name)
+        continue
       os.makedirs(workdir, exist_ok=True)
       _replace_tree(kept, local)
       restored.append(trial.name)
     elif local_done and not kept_done:
       archive_trial(workdir, archive, trial)
       archived.append(trial.name)
-  return restored, archived
+  return restored, archived, outdated

@@ -106,6 +106,27 @@ def prepare_data(configs: dict, todo, out=None) -> None:
       _print(f'warning: preparing data for {trial.name} failed: {type(e).__name__}: {e}', out)
 
 
+def raise_step_caps(trials, dirs, states, workdir, archive, out=None) -> None:
+  """Trials run under a lower train.num_steps than the experiment now gives: one that stopped
+  early is kept, the others train on from their checkpoints (trial_dirs.raise_step_cap)."""
+  for trial in trials:
+    directory = dirs[trial.name]
+    old_cap = trial_dirs.check_same_trial(directory, trial)
+    if old_cap is None:
+      continue
+    new_cap = trial.all_overrides()[trial_dirs.STEP_CAP]
+    outcome = trial_dirs.raise_step_cap(directory, trial, old_cap)
+    states[trial.name] = trial_dirs.trial_state(directory)
+    if outcome == 'kept':
+      step = trial_dirs.read_final(directory).get('trained_steps')
+      how = f'it stopped early at step {step}: kept'
+      if archive:
+        archive_lib.archive_trial(workdir, archive, trial)
+    else:
+      how = 'it trains on from its latest checkpoint'
+    _print(f'[cap] {trial.name}: {trial_dirs.STEP_CAP} {old_cap} -> {new_cap}; {how}', out)
+
+
 def run_sweep(
   experiment_path: str,
   workdir: str,
@@ -120,6 +141,7 @@ def run_sweep(
   report: bool = True,
   progress_every: float = 30.0,
   out=None,
+  python: str = sys.executable,
 ) -> int:
   """Runs (or lists) the sweep; returns the exit code: 0 when every trial finished."""
   experiment = trials_lib.load_experiment(experiment_path)
@@ -134,19 +156,22 @@ def run_sweep(
   if dry_run:
     describe(experiment, trials, workdir, states, configs, errors, out)
     return 1 if errors else 0
-  for trial in trials:
+  for trial in trials:  # other settings are refused before anything is written
     trial_dirs.check_same_trial(dirs[trial.name], trial)
   if only is None:
     trials_lib.write_manifest(workdir, experiment, backend)
+  valid = [t for t in trials if t.name not in errors]
   if archive:
     if only is None:
       archive_lib.copy_manifest(workdir, archive)
-    valid = [t for t in trials if t.name not in errors]
-    restored, archived = archive_lib.sync(workdir, archive, valid)
+    restored, archived, outdated = archive_lib.sync(workdir, archive, valid)
     states.update({name: 'finished' for name in restored})
-    if restored or archived:
+    if restored or archived or outdated:
       _print(f'archive {archive}: {len(restored)} finished trials restored, '
-             f'{len(archived)} archived', out)
+             f'{len(archived)} archived'
+             + (f', {len(outdated)} ran to a lower step cap (trained on)' if outdated else ''),
+             out)
+  raise_step_caps(valid, dirs, states, workdir, archive, out)
   todo = [t for t in trials if states[t.name] != 'finished' and t.name not in errors]
   skipped = sum(state == 'finished' for state in states.values())
   _print(
@@ -161,6 +186,7 @@ def run_sweep(
     parallel=max(parallel, 1),
     archive=archive,
     progress_every=progress_every,
+    python=python,
     out=out or sys.stdout,
   )
   for trial in trials:
