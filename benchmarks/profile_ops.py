@@ -124,7 +124,11 @@ def _program(jr: jax_side.JaxRunner, what: str, batches: list[dict]):
 def profile(workload: workloads.Workload, what: str, calls: int, quick: bool = False) -> dict:
   """Per-kind and per-op self times of `calls` calls (one padded shape: the first batch's)."""
   jr = jax_side.JaxRunner(workload, quick=quick, mode='shard_map')
-  padded, _ = workloads.make_batches(4, jr.cfg.data.global_batch_size, workload.bucket_size)
+  padded, _ = workloads.make_batches(
+    4, jr.cfg.data.global_batch_size, workload.bucket_size, token_buckets=workload.token_buckets
+  )
+  shape = lambda b: (b['source'].shape, b['target'].shape)
+  padded = [b for b in padded if shape(b) == shape(padded[0])]  # one compiled program
   compiled, call = _program(jr, what, padded)
   kinds = hlo_kinds(compiled.as_text() or '')
   for i in range(3):

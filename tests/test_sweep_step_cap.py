@@ -130,3 +130,20 @@ def test_the_sweep_command_raises_caps_and_says_so(tmp_path, fake_python):
   assert '[cap] seed=1: train.num_steps 20 -> 40; it trains on from its latest checkpoint' in text
   assert '1 finished (skipped), 1 to run' in text and '[start] seed=1' in text
   assert '[start] seed=0' not in text
+
+
+def test_a_refused_trial_leaves_every_other_trial_as_it_was(tmp_path, fake_python):
+  """The refusal comes before any directory is changed: nothing is half-raised."""
+  path = tmp_path / 'exp.py'
+  path.write_text(
+    f"BASE = {SMOKE!r}\nFIXED = {{'train.num_steps': 40}}\n"
+    "def sweep(add):\n  add(seed=0)\n  add(seed=1)\n"
+  )
+  workdir = str(tmp_path / 'sweep')
+  _ran(os.path.join(workdir, 'seed=0'), 20, stopped_early=False, checkpoints=(20,), seed=0)
+  _ran(os.path.join(workdir, 'seed=1'), 20, stopped_early=False, seed=1)  # no checkpoint
+  with pytest.raises(SweepError, match='seed=1 ran to its old cap of 20 steps'):
+    sweep.run_sweep(str(path), workdir, report=False, out=io.StringIO(), python=fake_python)
+  assert trial_dirs.trial_state(os.path.join(workdir, 'seed=0')) == 'finished'
+  assert trial_dirs.read_status(os.path.join(workdir, 'seed=0'))['overrides'][
+    'train.num_steps'] == 20

@@ -109,11 +109,14 @@ def prepare_data(configs: dict, todo, out=None) -> None:
 def raise_step_caps(trials, dirs, states, workdir, archive, out=None) -> None:
   """Trials run under a lower train.num_steps than the experiment now gives: one that stopped
   early is kept, the others train on from their checkpoints (trial_dirs.raise_step_cap)."""
+  raised = []
   for trial in trials:
+    old_cap = trial_dirs.check_same_trial(dirs[trial.name], trial)
+    if old_cap is not None:
+      trial_dirs.check_step_cap_raisable(dirs[trial.name], trial, old_cap)  # before any change
+      raised.append((trial, old_cap))
+  for trial, old_cap in raised:
     directory = dirs[trial.name]
-    old_cap = trial_dirs.check_same_trial(directory, trial)
-    if old_cap is None:
-      continue
     new_cap = trial.all_overrides()[trial_dirs.STEP_CAP]
     outcome = trial_dirs.raise_step_cap(directory, trial, old_cap)
     states[trial.name] = trial_dirs.trial_state(directory)

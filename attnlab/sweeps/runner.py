@@ -28,12 +28,12 @@ from collections.abc import Sequence
 
 from attnlab import workdir as workdir_lib
 from attnlab.sweeps import archive as archive_lib
-from attnlab.sweeps import trial_dirs
 from attnlab.sweeps.trial_dirs import (
   FINAL_FILE,
   LOG_FILE,
   _identity,
   read_status,
+  resume_args,
   running_elsewhere,
   trial_dir,
   write_status,
@@ -196,7 +196,7 @@ class LocalRunner:
     wall_s = status.get('wall_s', 0.0)
     if killed and status.get('status') == 'running':
       wall_s += killed['wall_s']
-    command = trial.command(directory, self.python) + trial_dirs.resume_args(directory, trial)
+    command = trial.command(directory, self.python) + resume_args(directory, trial)
     log_path = os.path.join(directory, LOG_FILE)
     with open(log_path, 'a') as log:
       offset = log.tell()

@@ -95,7 +95,8 @@ def check_same_trial(directory: str, trial: Trial) -> int | None:
     return None
   saved = _saved_settings(directory)
   changes, described = {}, []
-  if status.get('config') != now['config']:
+  config_changed = status.get('config') != now['config']
+  if config_changed:
     described.append(f'config {status.get("config")} -> {now["config"]}')
   before, after = status.get('overrides') or {}, now['overrides']
   for key in sorted(set(before) | set(after)):
@@ -106,7 +107,7 @@ def check_same_trial(directory: str, trial: Trial) -> int | None:
     described.append(f'{key} {_shown(before, key)} -> {_shown(after, key)}')
   if not described:
     return None
-  if not described[0].startswith('config ') and set(changes) == {STEP_CAP}:
+  if not config_changed and set(changes) == {STEP_CAP}:
     old, new = changes[STEP_CAP]
     if isinstance(old, int) and isinstance(new, int) and new > old:
       return old
@@ -126,6 +127,18 @@ def stopped_early(directory: str) -> bool:
   return bool((read_final(directory).get('selection') or {}).get('stopped_early'))
 
 
+def check_step_cap_raisable(directory: str, trial: Trial, old_cap: int) -> None:
+  """Refuses a finished trial that ran to its old cap and has no checkpoint to train on from
+  (call it for every trial before `raise_step_cap` changes any)."""
+  finished = trial_state(directory) == 'finished'
+  if finished and not stopped_early(directory) and not workdir_lib.saved_steps(directory):
+    raise SweepError(
+      f'{directory} ran to its old cap of {old_cap} steps and has no checkpoint to train on '
+      f'from under the new {STEP_CAP}={trial.all_overrides()[STEP_CAP]}; delete it (and its '
+      f'archived copy) to train it again'
+    )
+
+
 def raise_step_cap(directory: str, trial: Trial, old_cap: int) -> str:
   """Brings a trial run under a lower `train.num_steps` to the experiment's cap; returns
   'kept' or 'extended'.
@@ -137,18 +150,13 @@ def raise_step_cap(directory: str, trial: Trial, old_cap: int) -> str:
   in the checkpoint and metrics.jsonl, so the result equals a run with the new cap from the
   start. A finished trial that ran to the old cap keeps its first final_metrics.json as
   final_metrics.cap<OLD>.json. One without checkpoints to resume from is refused."""
+  check_step_cap_raisable(directory, trial, old_cap)
   finished = trial_state(directory) == 'finished'
   status = {**read_status(directory), **_identity(trial), 'step_cap_raised_from': old_cap}
   if finished and stopped_early(directory):
     write_status(directory, status)
     return 'kept'
   if finished:
-    if not workdir_lib.saved_steps(directory):
-      raise SweepError(
-        f'{directory} ran to its old cap of {old_cap} steps and has no checkpoint to train on '
-        f'from under the new {STEP_CAP}={trial.all_overrides()[STEP_CAP]}; delete it (and its '
-        f'archived copy) to train it again'
-      )
     first = os.path.join(directory, f'final_metrics.cap{old_cap}.json')
     os.replace(os.path.join(directory, FINAL_FILE), first)
     status['status'] = 'interrupted'
