@@ -6,6 +6,7 @@ import struct
 
 import numpy as np
 import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from tensorboard.backend.event_processing import event_accumulator
 from tensorboard.compat.proto import event_pb2
 
@@ -178,6 +179,31 @@ def test_save_heatmap_grid(tmp_path):
   path = tmp_path / 'grid.png'
   heatmaps.save_heatmap_grid(path, panels, ncols=2)
   assert path.read_bytes()[:8] == PNG_MAGIC
+
+
+def test_long_panel_titles_wrap_to_their_panels(tmp_path, monkeypatch):
+  # A sweep's grid (9 variants x 2 examples): its labels are wider than a small panel.
+  figures = []
+  monkeypatch.setattr(heatmaps, '_save', lambda fig, path: figures.append(fig))
+  labels = [
+    f'score={s}, timing={t}, input_feeding={f}\n#{i} (seed 0)'
+    for i in range(2)
+    for s in ('dot', 'general', 'concat')
+    for t, f in (('bahdanau', False), ('luong', False), ('luong', True))
+  ]
+  panels = [(label, np.eye(8), _tokens(8, 's'), _tokens(8, 't')) for label in labels]
+  heatmaps.save_heatmap_grid(tmp_path / 'grid.png', panels, ncols=9)
+  (fig,) = figures
+  renderer = FigureCanvasAgg(fig).get_renderer()
+  fig.draw(renderer)
+  titled = [ax for ax in fig.axes if ax.get_title()]
+  assert len(titled) == 18
+  for ax in titled:
+    title, box = ax.title.get_window_extent(renderer), ax.get_window_extent(renderer)
+    assert box.x0 - 1 <= title.x0 and title.x1 <= box.x1 + 1, ax.get_title()
+    assert ax.title.get_fontsize() == heatmaps._TITLE_SIZE
+  # Every word of each label is still there, in order.
+  assert [ax.get_title().split() for ax in titled] == [label.split() for label in labels]
 
 
 def test_heatmap_shape_mismatch():

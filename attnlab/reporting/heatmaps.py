@@ -11,6 +11,7 @@ so that panels of one grid, and figures of different runs, compare directly.
 from __future__ import annotations
 
 import os
+import textwrap
 from collections.abc import Sequence
 
 import numpy as np
@@ -21,6 +22,7 @@ from matplotlib.figure import Figure
 _INCH_PER_TOKEN = 0.16
 _MIN_PANEL_INCH = 2.5
 _FONT_SIZE = 7
+_TITLE_SIZE = _FONT_SIZE + 2
 
 Panel = tuple[str, np.ndarray, Sequence[str], Sequence[str]]
 
@@ -49,6 +51,25 @@ def _panel_size(weights_TxS: np.ndarray) -> tuple[float, float]:
   )
 
 
+def _fit_titles(fig: Figure, titles: dict) -> None:
+  """Re-wraps each axes' title at spaces until it is no wider than its axes (measured after
+  layout), so that neighbouring panels' long variant labels ('score=general,
+  timing=bahdanau, input_feeding=False') do not run into each other."""
+  renderer = FigureCanvasAgg(fig).get_renderer()
+  for _ in range(4):  # the constrained layout moves the axes as titles grow taller
+    fig.draw(renderer)
+    changed = False
+    for ax, title in titles.items():
+      ratio = ax.title.get_window_extent(renderer).width / ax.get_window_extent(renderer).width
+      if ratio > 1.0:
+        longest = max(len(line) for line in ax.get_title().split('\n'))
+        width = max(8, int(longest / ratio) - 1)
+        ax.title.set_text('\n'.join(textwrap.fill(line, width) for line in title.split('\n')))
+        changed = True
+    if not changed:
+      return
+
+
 def _draw(ax, title, weights_TxS, source_tokens, target_tokens, vmax):
   image = ax.imshow(
     weights_TxS, cmap='viridis', vmin=0.0, vmax=vmax, aspect='equal', interpolation='nearest'
@@ -59,7 +80,7 @@ def _draw(ax, title, weights_TxS, source_tokens, target_tokens, vmax):
   ax.set_yticklabels([str(t) for t in target_tokens], fontsize=_FONT_SIZE)
   ax.set_xlabel('source')
   ax.set_ylabel('output')
-  ax.set_title(title, fontsize=_FONT_SIZE + 2)
+  ax.set_title(title, fontsize=_TITLE_SIZE)
   return image
 
 
@@ -92,6 +113,7 @@ def save_heatmap(
   ax = fig.add_subplot()
   image = _draw(ax, title, weights_TxS, source_tokens, target_tokens, vmax)
   fig.colorbar(image, ax=ax, shrink=0.8, label='attention weight')
+  _fit_titles(fig, {ax: title})
   _save(fig, path)
 
 
@@ -123,4 +145,5 @@ def save_heatmap_grid(
   for ax in list(axes.flat)[len(checked) :]:
     ax.set_axis_off()
   fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.8, label='attention weight')
+  _fit_titles(fig, {ax: title for ax, (title, *_) in zip(axes.flat, checked, strict=False)})
   _save(fig, path)
