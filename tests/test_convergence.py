@@ -283,6 +283,7 @@ def test_the_curves_plot_draws_every_trial_and_its_selected_step(tmp_path, monke
   legend = [t.get_text() for t in dev_ax.get_legend().get_texts()]
   assert legend == ['timing=luong', 'timing=bahdanau', 'timing=none']
   assert len(loss_ax.lines) == 3  # training loss: one mean line per variant
+  assert loss_ax.get_yscale() == 'log'
 
 
 def test_one_run_curves_speak_of_one_run(tmp_path, monkeypatch):
@@ -294,5 +295,5 @@ def test_one_run_curves_speak_of_one_run(tmp_path, monkeypatch):
   monkeypatch.setattr(plots, 'save_figure', lambda fig, path: figures.append(fig))
   assert plots.plot_curves(str(tmp_path / 'c.png'), [one], 'sequence_accuracy')
   loss_ax, dev_ax = figures[0].axes
-  assert loss_ax.get_title() == 'training loss'
+  assert loss_ax.get_title() == 'training loss, log scale'
   assert dev_ax.get_title() == 'dev sequence_accuracy (dot: selected step; shaded: last quarter)'

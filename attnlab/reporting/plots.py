@@ -180,7 +180,9 @@ def plot_curves(path: str, variants: Sequence, metric: str) -> bool:
   if 'dev' in axes and last:  # the window convergence is judged on (reporting/convergence.py)
     axes['dev'].axvspan((1 - convergence.LAST_FRACTION) * last, last, color='0.92', zorder=0)
     dev_title += '; shaded: last quarter'
-  loss_title = 'training loss' + ('' if single else ' (mean over seeds)')
+  loss_title = 'training loss' + ('' if single else ' (mean over seeds)') + ', log scale'
+  if 'loss' in axes:  # the first steps' loss is ~20x the converged one: log shows both
+    axes['loss'].set_yscale('log')
   titles = {'loss': loss_title, 'dev': dev_title + ')'}
   for kind, ax in axes.items():
     ax.set_xlabel('step')
