@@ -83,7 +83,8 @@ def test_torch_reference_equals_attnlab(name):
   reference = torch_side.TorchRunner(workload, quick=True, params=jax.device_get(params)).model
   reference.eval()
   with torch.inference_mode():
-    theirs = reference(torch.from_numpy(batch['source']).long(), torch.from_numpy(tgt_in).long())
+    source, target = (torch.tensor(np.array(x)).long() for x in (batch['source'], tgt_in))
+    theirs = reference(source, target)
   valid = batch['target'] != 0
   np.testing.assert_allclose(ours[valid], theirs.numpy()[valid], atol=1e-5)
 
