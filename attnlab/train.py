@@ -111,11 +111,13 @@ class Run:
 
 
 def setup(config: ml_collections.ConfigDict, workdir: str, allow_config_change=(), *,
-          started: float | None = None):
+          started: float | None = None, cpu_started: float | None = None):
   """Validates the config and the workdir, builds task/model/state, restores the latest
   checkpoint. Nothing is written before the config and the vocabularies are checked.
-  `started` (time.perf_counter) is when this process run began, for run_times.jsonl."""
+  `started` (time.perf_counter) and `cpu_started` (time.process_time) are when this process
+  run began, for run_times.jsonl."""
   started = time.perf_counter() if started is None else started
+  cpu_started = time.process_time() if cpu_started is None else cpu_started
   cfg = config_lib.parse(config)  # every key and value checked before anything compiles
   changes, change_notes = workdir_lib.check_reuse(workdir, config, cfg, allow_config_change)
   parallel = DataParallel(cfg.parallel.mode, devices=_devices(cfg.parallel.num_devices))
@@ -180,7 +182,7 @@ def setup(config: ml_collections.ConfigDict, workdir: str, allow_config_change=(
                                       state.params),
             step=start, lr_scale=optim.lr_scale(state.opt_state) or 1.0,
             run_time=workdir_lib.RunTimeRecord(workdir, first_step=start, started=started,
-                                               enabled=is_writer))
+                                               cpu_started=cpu_started, enabled=is_writer))
   run.stopped_early = stops_early(run)  # a rerun of a run that stopped early trains no more
   return run, state, batches, start
 
@@ -361,7 +363,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
   """Trains `config` in `workdir` (resuming if it holds a checkpoint); returns final metrics:
   {split: metrics} of the selected checkpoint (final_metrics.json says which step)."""
   run, state, batches, start = setup(config, workdir, allow_config_change,
-                                     started=time.perf_counter())
+                                     started=time.perf_counter(), cpu_started=time.process_time())
   outcome = 'failed'
   with console.log_file(workdir, jax.process_index()) as log:
     try:

@@ -251,15 +251,21 @@ class RunTimeRecord:
   (`update`), appended with its outcome at the end (`close`). Does nothing when disabled (a
   multi-host run's other processes)."""
 
-  def __init__(self, workdir: str, *, first_step: int, started: float, enabled: bool = True):
+  def __init__(self, workdir: str, *, first_step: int, started: float,
+               cpu_started: float | None = None, enabled: bool = True):
+    """started: time.perf_counter() when the run began; cpu_started: time.process_time() then."""
     self.workdir, self.first_step, self.started = workdir, first_step, started
+    self.cpu_started = time.process_time() if cpu_started is None else cpu_started
     self.enabled = enabled
     self.update(first_step)
 
   def _record(self, last_step: int, outcome: str) -> dict:
+    # cpu_s: the CPU time of the process's threads during the run: the compute it used, which
+    # a paused (SIGSTOP) or crowded run does not inflate as it does wall_s.
     return {'first_step': self.first_step, 'last_step': last_step,
-            'wall_s': time.perf_counter() - self.started, 'outcome': outcome,
-            'finished_at': _now()}
+            'wall_s': time.perf_counter() - self.started,
+            'cpu_s': time.process_time() - self.cpu_started,
+            'outcome': outcome, 'finished_at': _now()}
 
   def update(self, last_step: int) -> None:
     if not self.enabled:

@@ -41,6 +41,12 @@ FINAL_STEP = 4  # the selected (best eval) step: the test split was evaluated th
 LAST_STEP = 8  # trained steps; eval every 2, flat after FINAL_STEP: every trial converged
 
 
+# run_times.jsonl's CPU seconds per process run; bahdanau seed 1 ran before CPU time was
+# recorded (its line has none) and timing=none has no run_times.jsonl at all.
+CPU = {('luong', 0): (30.0, 40.0), ('luong', 1): (50.0,), ('bahdanau', 0): (90.0,),
+       ('bahdanau', 1): (None,)}
+
+
 def _write(path, text):
   os.makedirs(os.path.dirname(path), exist_ok=True)
   with open(path, 'w') as f:
@@ -125,6 +131,9 @@ def make_sweep(root, *, npz=True):
       os.path.join(d, 'sweep_status.json'),
       json.dumps({'status': 'finished', 'wall_s': WALL[timing, seed], 'attempts': 1}),
     )
+    if (timing, seed) in CPU:
+      runs = [{'wall_s': 1.0} | ({} if c is None else {'cpu_s': c}) for c in CPU[timing, seed]]
+      _write(os.path.join(d, 'run_times.jsonl'), ''.join(json.dumps(r) + '\n' for r in runs))
     if timing != 'none':
       weights = np.full((3, 4), 0.25, np.float32)
       weights[:, 0] = 0.4 if timing == 'luong' else 0.1
@@ -168,19 +177,22 @@ Converged: early stopping fired, or the best-so-far dev selection metric moved l
 points (percentage points for rates, BLEU/chrF points) over the last 25% of training. Tested \
 on best: the test split was evaluated with the trial's best dev checkpoint.
 
+Compute: 5 finished trial(s), 6m20s of trial wall time, 3m30s of CPU time (3 of them recorded \
+it). Wall/trial and CPU/trial below are means over finished seeds.
+
 ## configs/reverse.py
 
 Best by test sequence_accuracy (higher is better).
 
 | variant | seeds | converged | sequence_accuracy | Δ vs best [95% CI] | p | beyond seeds | \
-attention_entropy | alignment_error_rate | params | tokens/s | wall/trial |
-|---|---|---|---|---|---|---|---|---|---|---|---|
+attention_entropy | alignment_error_rate | params | tokens/s | wall/trial | CPU/trial |
+|---|---|---|---|---|---|---|---|---|---|---|---|---|
 | timing=luong | 2/2 | 2/2 | 0.875 ± 0.177 | best |  |  | 0.600 ± 0.141 | 0.150 ± 0.071 | \
-1,200 | 500 | 1m10s |
+1,200 | 500 | 1m10s | 1m00s |
 | timing=bahdanau | 2/2 | 2/2 | 0.875 ± 0.177 | +0.000 [+0.000, +0.000] | 1.000 | no | 1.100 ± \
-0.141 | 0.400 ± 0.141 | 1,100 | 300 | 1m45s |
+0.141 | 0.400 ± 0.141 | 1,100 | 300 | 1m45s | 1m30s (1 of 2) |
 | timing=none | 1/2 (1 failed) | 1/1 | 0.000 | -1.000 [-1.000, -1.000] | <0.0005 | – | – | – \
-| 800 | 1,500 | 0m30s |
+| 800 | 1,500 | 0m30s | – |
 
 ![metric](plots/reverse-metric.png)
 
@@ -235,6 +247,8 @@ def test_golden_results_csv(tmp_path):
   assert float(luong['tokens_per_sec']) == 500.0  # median of 400, 500, 900
   assert float(none['tokens_per_sec']) == 1500.0  # median of 1000, 2000
   assert float(bahdanau['wall_s']) == 105.0 and float(luong['num_params']) == 1200.0
+  # CPU seconds: luong (30 + 40, 50), bahdanau only seed 0's 90 (seed 1 recorded none).
+  assert (float(luong['cpu_s']), float(bahdanau['cpu_s']), none['cpu_s']) == (60.0, 90.0, '')
   assert luong['delta_vs_best'] == '' and float(bahdanau['p_value']) == 1.0
   assert float(none['delta_vs_best']) == -1.0 and float(none['ci_high']) == -1.0
   assert float(none['p_value']) == 0.0

@@ -197,6 +197,7 @@ def test_tables_sort_numbers_as_numbers(tmp_path):
     'params',
     'tokens/s',
     'wall/trial',
+    'CPU/trial',
   ]
   assert [row[0][0] for row in table['rows']] == ['timing=luong', 'timing=bahdanau', 'timing=none']
   none = {h: a.get('data-sort') for h, (_, a) in zip(table['head'], table['rows'][2], strict=True)}
@@ -214,8 +215,11 @@ def test_tables_sort_numbers_as_numbers(tmp_path):
     'params': '800.0',
     'tokens/s': '1500.0',
     'wall/trial': '30.0',
+    'CPU/trial': None,
   }
   assert [a.get('data-sort') for _, a in table['rows'][0]][4] is None  # 'best'
+  cpu_text, cpu_attrs = table['rows'][1][-1]  # bahdanau: one of two seeds recorded CPU time
+  assert (cpu_text, cpu_attrs.get('data-sort')) == ('1m30s (1 of 2)', '90.0')
 
 
 def test_heatmap_cells_are_the_saved_weights(tmp_path):

@@ -148,6 +148,13 @@ def test_main_with_flags_and_nothing_recorded(run_dir, tmp_path):
   assert '- Wall time: 1m30s (90 s, from --wall_s)' in text
   assert '# cmudict_g2p: config file not recorded' in text
   assert '    (not recorded)' in text.splitlines()
+  # Runs that recorded their CPU time: it is summed beside the wall time.
+  runs = [{'wall_s': 3000.0, 'cpu_s': 2900.0}, {'wall_s': 723.0, 'cpu_s': 700.0}]
+  _write(run_dir / train.RUN_TIMES, _jsonl(runs))
+  run_report.write_run_report(str(run_dir), str(out))
+  text = (out / 'README.md').read_text()
+  assert '- Wall time: 1h02m03s (3,723 s, sum over 2 process run(s) in run_times.jsonl); ' \
+         'CPU time 1h00m00s (3,600 s)' in text
   os.remove(run_dir / train.RUN_TIMES)
   os.remove(run_dir / 'metrics.jsonl')
   run_report.write_run_report(str(run_dir), str(out))

@@ -5,6 +5,7 @@ import json
 import math
 import os
 import re
+import time
 
 import jax
 import jax.numpy as jnp
@@ -36,6 +37,7 @@ def test_interrupted_run_resumes_to_the_same_result(tmp_path, monkeypatch):
 
   die_before_step(monkeypatch, 4)
   workdir = str(tmp_path / 'interrupted')
+  cpu_before = time.process_time()
   with pytest.raises(KeyboardInterrupt):
     train.train_and_evaluate(config, workdir)
   assert checkpoint.Checkpointer(os.path.join(workdir, 'checkpoints'), keep=3).latest_step() == 2
@@ -43,6 +45,8 @@ def test_interrupted_run_resumes_to_the_same_result(tmp_path, monkeypatch):
   (killed,) = [json.loads(line) for line in open(os.path.join(workdir, train.RUN_TIMES))]
   assert (killed['first_step'], killed['last_step'], killed['outcome']) == (0, 3, 'interrupted')
   assert killed['wall_s'] > 0
+  # Its CPU time too, counted from the run's start (not from the test process's).
+  assert 0 < killed['cpu_s'] < time.process_time() - cpu_before
   monkeypatch.undo()
   resumed = train.train_and_evaluate(config, workdir)  # the same command again
 

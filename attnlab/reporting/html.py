@@ -39,7 +39,7 @@ _INLINE = re.compile(r'`([^`]+)`|\[([^\]]+)\]\(([^()\s]+)\)')
 def sort_key(cell: str) -> float | None:
   """The number a table cell starts with (durations in seconds), None for text."""
   cell = cell.strip()
-  match = _DURATION.fullmatch(cell)
+  match = _DURATION.match(cell)  # also "1m30s (1 of 2)"
   if match:
     hours, minutes, seconds = (int(g or 0) for g in match.groups())
     return float(3600 * hours + 60 * minutes + seconds)

@@ -34,8 +34,8 @@ from attnlab.reporting import plots as report_plots
 from attnlab.reporting import stats as report_stats
 from attnlab.sweeps.runner import duration
 from attnlab.sweeps.trials import Trial
+from attnlab.workdir import RUN_TIMES
 
-RUN_TIMES = 'run_times.jsonl'  # attnlab.train.RUN_TIMES (not imported: it loads JAX)
 MAX_HEATMAPS = 3
 PRIORITY = ('sequence_accuracy', 'wer', 'per')  # shown first in the metrics table
 BREAKDOWNS = (('accuracy_by_locale', 'locale'), ('accuracy_by_format', 'format'))
@@ -185,7 +185,9 @@ def _wall_time(run_dir: str, wall_s: float | None) -> str:
   if not times:
     return 'not recorded'
   total = sum(times)
-  return f'{duration(total)} ({total:,.0f} s, sum over {len(times)} process run(s) in {RUN_TIMES})'
+  text = f'{duration(total)} ({total:,.0f} s, sum over {len(times)} process run(s) in {RUN_TIMES})'
+  cpu = sweep_results.cpu_seconds(lines)
+  return text if cpu is None else f'{text}; CPU time {duration(cpu)} ({cpu:,.0f} s)'
 
 
 def summary(run_dir: str, result, task: str, config_file: str, command, wall_s) -> list[str]:

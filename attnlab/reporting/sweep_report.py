@@ -84,7 +84,7 @@ def group_table(variants: list[Variant], metric: str, best, tests) -> list[str]:
   columns = _columns(variants, metric)
   head = ['variant', 'seeds', 'converged', columns[0], 'Δ vs best [95% CI]', 'p', 'beyond seeds']
   head += columns[1:]
-  head += ['params', 'tokens/s', 'wall/trial']
+  head += ['params', 'tokens/s', 'wall/trial', 'CPU/trial']
   lines = ['| ' + ' | '.join(head) + ' |', '|' + '---|' * len(head)]
   for v in variants:
     seeds = f'{len(v.finished)}/{len(v.results)}'
@@ -112,16 +112,36 @@ def group_table(variants: list[Variant], metric: str, best, tests) -> list[str]:
       }
     )
     rates = [r.tokens_per_sec for r in v.finished if r.tokens_per_sec is not None]
-    walls = v.wall_times()
+    walls, cpus = v.wall_times(), v.cpu_times()
+    cpu = sweep_runner.duration(float(np.mean(cpus))) if cpus else '–'
+    if cpus and len(cpus) < len(v.finished):  # trials run before CPU time was recorded
+      cpu += f' ({len(cpus)} of {len(v.finished)})'
     cells += [
       '/'.join(f'{p:,}' for p in params) or '–',
       f'{np.mean(rates):,.0f}' if rates else '–',
       sweep_runner.duration(float(np.mean(walls))) if walls else '–',
+      cpu,
     ]
     if not v.finished:
       cells[3] = 'failed' if v.failed else 'not run'
     lines.append('| ' + ' | '.join(cells) + ' |')
   return lines
+
+
+def compute_line(results: list) -> str:
+  """What the finished trials cost: their wall time (each trial's own, whatever ran beside
+  it) and CPU time (all threads of its processes; pauses and neighbours do not count)."""
+  finished = [r for r in results if r.state == 'finished']
+  walls = [r.status['wall_s'] for r in finished if is_number(r.status.get('wall_s'))]
+  cpus = [r.cpu_s for r in finished if r.cpu_s is not None]
+  line = f'Compute: {len(finished)} finished trial(s)'
+  if walls:
+    line += f', {sweep_runner.duration(sum(walls))} of trial wall time'
+  if cpus:
+    line += f', {sweep_runner.duration(sum(cpus))} of CPU time'
+    if len(cpus) < len(finished):
+      line += f' ({len(cpus)} of them recorded it)'
+  return line + '. Wall/trial and CPU/trial below are means over finished seeds.'
 
 
 def markdown(
@@ -144,6 +164,8 @@ def markdown(
     'by more than the two seed stds added (their mean ± std ranges do not overlap).',
     '',
     convergence.rule(),
+    '',
+    compute_line(results),
   ]
   for group, variants in groups.items():
     ranked_by = primary_metric(variants, metric)
@@ -200,7 +222,8 @@ def csv_text(groups: dict[str, list[Variant]], metric: str) -> str:
   )
   head = ['group', 'variant', 'ranked_by', 'seeds_finished', 'seeds_failed']
   head += [f'{m}_{s}' for m in names for s in ('mean', 'std')]
-  head += ['num_params', 'tokens_per_sec', 'wall_s', 'delta_vs_best', 'ci_low', 'ci_high']
+  head += ['num_params', 'tokens_per_sec', 'wall_s', 'cpu_s', 'delta_vs_best', 'ci_low']
+  head += ['ci_high']
   head += ['p_value', 'seeds_converged', 'seeds_undecided', 'seeds_tested_on_best']
   head += ['max_movement_points']  # the largest last-quarter movement of its trials
   out = io.StringIO()
@@ -217,11 +240,12 @@ def csv_text(groups: dict[str, list[Variant]], metric: str) -> str:
         row += [num(stat[0]), num(stat[1])] if stat else ['', '']
       params = [r.final['num_params'] for r in v.finished if 'num_params' in r.final]
       rates = [r.tokens_per_sec for r in v.finished if r.tokens_per_sec is not None]
-      walls = v.wall_times()
+      walls, cpus = v.wall_times(), v.cpu_times()
       row += [
         num(float(np.mean(params))) if params else '',
         num(float(np.mean(rates))) if rates else '',
         num(float(np.mean(walls))) if walls else '',
+        num(float(np.mean(cpus))) if cpus else '',
       ]
       t = tests.get(v.label, {})
       row += [num(t.get(k)) for k in ('delta', 'ci_low', 'ci_high', 'p_value')]

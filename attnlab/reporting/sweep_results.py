@@ -20,6 +20,7 @@ from attnlab.sweeps import runner as sweep_runner
 from attnlab.sweeps import trial_dirs
 from attnlab.sweeps import trials as trials_lib
 from attnlab.sweeps.trials import SEED_KEY, Trial
+from attnlab.workdir import RUN_TIMES
 
 PREDICTIONS = 'predictions_test.jsonl'
 
@@ -36,6 +37,11 @@ class TrialResult:
   events: list[dict]  # metrics.jsonl, last entry per (step, split), sorted by step
   predictions: dict[int, bool] | None  # test example index -> correct
   outputs: dict[int, tuple[str, list[str]]] | None = None  # index -> (hypothesis, references)
+  run_times: list[dict] = dataclasses.field(default_factory=list)  # run_times.jsonl
+
+  @property
+  def cpu_s(self) -> float | None:
+    return cpu_seconds(self.run_times)
 
   @functools.cached_property
   def bleu_statistics(self) -> dict[int, np.ndarray] | None:
@@ -95,6 +101,9 @@ class Variant:
   def wall_times(self) -> list[float]:
     return [r.status['wall_s'] for r in self.finished if is_number(r.status.get('wall_s'))]
 
+  def cpu_times(self) -> list[float]:
+    return [r.cpu_s for r in self.finished if r.cpu_s is not None]
+
   def verdicts(self) -> list[tuple[object, convergence.Convergence]]:
     """(seed, convergence verdict) of each finished trial."""
     return [(r.trial.overrides.get(SEED_KEY), r.verdict) for r in self.finished]
@@ -108,6 +117,13 @@ class Variant:
 
 def is_number(value) -> bool:
   return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def cpu_seconds(run_times: list[dict]) -> float | None:
+  """CPU seconds over a run's process runs (run_times.jsonl lines); None when there are none
+  or a run did not record them (runs from before attnlab recorded CPU time)."""
+  values = [r.get('cpu_s') for r in run_times]
+  return float(sum(values)) if values and all(map(is_number, values)) else None
 
 
 def mean_std(values) -> tuple[float, float | None] | None:
@@ -159,6 +175,7 @@ def read_trial(workdir: str, trial: Trial) -> TrialResult:
     sorted(events.values(), key=lambda e: e.get('step', 0)),
     predictions,
     outputs,
+    read_jsonl(os.path.join(directory, RUN_TIMES)),
   )
 
 
