@@ -168,10 +168,10 @@ GOLDEN_MD = """\
 0 not finished.
 
 Test split. Metrics: mean ± std over finished seeds. Δ: exact-match accuracy minus the best \
-variant's (corpus BLEU minus the best's where variants are ranked by BLEU), with a 95% interval \
-and two-sided p-value from a paired bootstrap (2000 resamples of test examples, paired by seed \
-and example). Beyond seeds: the means differ by more than the two seed stds added (their mean ± \
-std ranges do not overlap).
+variant's (on G2P 1 - WER, so a negative Δ is that many more words wrong; corpus BLEU minus the \
+best's where variants are ranked by BLEU), with a 95% interval and two-sided p-value from a \
+paired bootstrap (2000 resamples of test examples, paired by seed and example). Beyond seeds: \
+the means differ by more than the two seed stds added (their mean ± std ranges do not overlap).
 
 Converged: early stopping fired, or the best-so-far dev selection metric moved less than 0.3 \
 points (percentage points for rates, BLEU/chrF points) over the last 25% of training. Tested \

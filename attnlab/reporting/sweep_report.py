@@ -158,7 +158,8 @@ def markdown(
     f'{unfinished} not finished.',
     '',
     'Test split. Metrics: mean ± std over finished seeds. Δ: exact-match accuracy minus '
-    "the best variant's (corpus BLEU minus the best's where variants are ranked by BLEU), "
+    "the best variant's (on G2P 1 - WER, so a negative Δ is that many more words wrong; "
+    "corpus BLEU minus the best's where variants are ranked by BLEU), "
     f'with a 95% interval and two-sided p-value from a paired bootstrap ({BOOTSTRAP_SAMPLES} '
     'resamples of test examples, paired by seed and example). Beyond seeds: the means differ '
     'by more than the two seed stds added (their mean ± std ranges do not overlap).',
