@@ -1,7 +1,11 @@
 """Dates: every target is the ISO form of the date its source writes; splits; builder; metrics."""
 
 import datetime
+import os
 import re
+import subprocess
+import sys
+import time
 import unicodedata
 
 import pytest
@@ -158,3 +162,42 @@ def test_smoke_config_trains_and_reports_per_locale_accuracy(tmp_path):
   decoded = [dates.example('test', k) for k in range(c.eval.max_examples)]
   assert set(by_locale) == {ex['locale'] for ex in decoded}
   assert all(0.0 <= a <= 1.0 for a in by_locale.values())
+
+
+PREPARE_AT_ONCE = """
+import os, sys, time
+from attnlab.data import dates
+from configs import base
+config = base.get_config()
+config.task.name = 'dates'
+config.task.data_dir = sys.argv[1]
+config.task.num_train_examples = 3000
+config.task.num_eval_examples = 300
+open(os.path.join(sys.argv[1], '..', f'ready{os.getpid()}'), 'w').close()
+while not os.path.exists(os.path.join(sys.argv[1], '..', 'go')):  # both start at once
+  time.sleep(0.005)
+print(len(dates.build_task(config).split('train')))
+"""
+
+
+def test_two_processes_preparing_one_dataset_take_turns(tmp_path):
+  # A sweep's parallel trials on a fresh machine: both find the dataset unprepared.
+  data_dir = tmp_path / 'tfds'
+  data_dir.mkdir()
+  env = {**os.environ, 'PYTHONPATH': os.getcwd()}
+  procs = [
+    subprocess.Popen(
+      [sys.executable, '-c', PREPARE_AT_ONCE, str(data_dir)],
+      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )
+    for _ in range(2)
+  ]
+  deadline = time.monotonic() + 120
+  while len(list(tmp_path.glob('ready*'))) < 2 and time.monotonic() < deadline:
+    time.sleep(0.05)  # both past their imports and waiting
+  (tmp_path / 'go').touch()
+  results = [p.communicate(timeout=300) for p in procs]
+  for p, (out, err) in zip(procs, results, strict=True):
+    assert p.returncode == 0, err[-2000:]
+    assert out.split() == ['3000']
+  assert sum('preparing dates' in err for _, err in results) == 1
