@@ -251,11 +251,11 @@ class RunTimeRecord:
   (`update`), appended with its outcome at the end (`close`). Does nothing when disabled (a
   multi-host run's other processes)."""
 
-  def __init__(self, workdir: str, *, first_step: int, started: float,
-               cpu_started: float | None = None, enabled: bool = True):
+  def __init__(self, workdir: str, *, first_step: int, started: float, cpu_started: float,
+               enabled: bool = True):
     """started: time.perf_counter() when the run began; cpu_started: time.process_time() then."""
     self.workdir, self.first_step, self.started = workdir, first_step, started
-    self.cpu_started = time.process_time() if cpu_started is None else cpu_started
+    self.cpu_started = cpu_started
     self.enabled = enabled
     self.update(first_step)
 

@@ -7,9 +7,9 @@ import os
 import numpy as np
 import pytest
 
-from attnlab.reporting import heatmaps
+from attnlab.reporting import heatmaps, sweep_results
 from attnlab.reporting import sweep_report as report
-from attnlab.sweeps.trials import SweepError
+from attnlab.sweeps.trials import SweepError, Trial
 
 # Fake trials: (timing, seed) -> test results. Four test examples per seed; luong and bahdanau
 # get the same examples right (paired difference 0), none gets every example wrong (paired
@@ -177,8 +177,8 @@ Converged: early stopping fired, or the best-so-far dev selection metric moved l
 points (percentage points for rates, BLEU/chrF points) over the last 25% of training. Tested \
 on best: the test split was evaluated with the trial's best dev checkpoint.
 
-Compute: 5 finished trial(s), 6m20s of trial wall time, 3m30s of CPU time (3 of them recorded \
-it). Wall/trial and CPU/trial below are means over finished seeds.
+Compute: 5 finished trial(s), 6m20s of trial wall time, 3m30s of CPU time (1m10s per trial; 3 \
+of them recorded it). Wall/trial and CPU/trial below are means over finished seeds.
 
 ## configs/reverse.py
 
@@ -295,3 +295,35 @@ def test_missing_predictions_are_reported(tmp_path):
 def test_report_needs_a_sweep_directory(tmp_path):
   with pytest.raises(SweepError, match='no sweep.json'):
     report.write_report(str(tmp_path))
+
+
+def test_pooled_table_averages_each_setting_over_the_others():
+  # score x timing, two seeds: WER = timing's base + score's offset + seed noise, by hand.
+  base = {'bahdanau': 0.28, 'luong': 0.29}
+  offset = {'dot': 0.0, 'concat': 0.002}
+  variants = []
+  for score in offset:
+    for timing in base:
+      overrides = {'model.attention.score': score, 'model.attention.timing': timing}
+      results = [
+        sweep_results.TrialResult(
+          Trial(f'{score},{timing},{seed}', 'configs/g2p.py', {**overrides, 'seed': seed}, {}),
+          '', 'finished', {}, {'test': {'wer': base[timing] + offset[score] + 0.002 * seed}},
+          [], None,
+        )
+        for seed in (0, 1)
+      ]
+      label = f'{score},{timing}'
+      variants.append(sweep_results.Variant('configs/g2p.py', label, overrides, results))
+  lines = report.marginal_table(variants, 'wer')
+  # score=dot pools 0.280, 0.282, 0.290, 0.292: mean 0.286, sample std sqrt(104e-6 / 3) =
+  # 0.0059; timing=bahdanau pools 0.280, 0.282, 0.282, 0.284: 0.282, sqrt(8e-6 / 3) = 0.0016.
+  assert lines[-4:] == [
+    '| score=dot | 4 | 0.286 ± 0.006 |',
+    '| score=concat | 4 | 0.288 ± 0.006 |',
+    '| timing=bahdanau | 4 | 0.282 ± 0.002 |',
+    '| timing=luong | 4 | 0.292 ± 0.002 |',
+  ]
+  assert lines[3] == '| setting | trials | wer |'
+  # One swept setting: the pooled table would repeat the main table.
+  assert report.marginal_table([v for v in variants if 'dot' in v.label], 'wer') == []

@@ -112,13 +112,19 @@ def test_an_archived_trial_capped_below_the_new_cap_is_not_restored(tmp_path):
   assert trial_dirs.trial_state(os.path.join(workdir, 'seed=1')) == 'new'  # trained anew
 
 
-def test_the_sweep_command_raises_caps_and_says_so(tmp_path, fake_python):
-  """End to end through run_sweep (trials through the stand-in interpreter)."""
+def _two_seed_experiment(tmp_path, cap: int):
+  """An experiment file of two seeds of the smoke config under train.num_steps=`cap`."""
   path = tmp_path / 'exp.py'
   path.write_text(
-    f"BASE = {SMOKE!r}\nFIXED = {{'train.num_steps': 40}}\n"
+    f"BASE = {SMOKE!r}\nFIXED = {{'train.num_steps': {cap}}}\n"
     "def sweep(add):\n  add(seed=0)\n  add(seed=1)\n"
   )
+  return path
+
+
+def test_the_sweep_command_raises_caps_and_says_so(tmp_path, fake_python):
+  """End to end through run_sweep (trials through the stand-in interpreter)."""
+  path = _two_seed_experiment(tmp_path, cap=40)
   workdir = str(tmp_path / 'sweep')
   _ran(os.path.join(workdir, 'seed=0'), 20, stopped_early=True, seed=0)
   _ran(os.path.join(workdir, 'seed=1'), 20, stopped_early=False, checkpoints=(20,), seed=1)
@@ -134,11 +140,7 @@ def test_the_sweep_command_raises_caps_and_says_so(tmp_path, fake_python):
 
 def test_a_refused_trial_leaves_every_other_trial_as_it_was(tmp_path, fake_python):
   """The refusal comes before any directory is changed: nothing is half-raised."""
-  path = tmp_path / 'exp.py'
-  path.write_text(
-    f"BASE = {SMOKE!r}\nFIXED = {{'train.num_steps': 40}}\n"
-    "def sweep(add):\n  add(seed=0)\n  add(seed=1)\n"
-  )
+  path = _two_seed_experiment(tmp_path, cap=40)
   workdir = str(tmp_path / 'sweep')
   _ran(os.path.join(workdir, 'seed=0'), 20, stopped_early=False, checkpoints=(20,), seed=0)
   _ran(os.path.join(workdir, 'seed=1'), 20, stopped_early=False, seed=1)  # no checkpoint

@@ -49,6 +49,7 @@ from attnlab.reporting.sweep_results import (
   mean_std,
 )
 from attnlab.sweeps import runner as sweep_runner
+from attnlab.sweeps import trials as trials_lib
 
 EXTRA_METRICS = ('per', 'wer', 'bleu', 'chrf')  # shown when a task reports them
 ATTENTION_METRICS = ('attention_entropy', 'alignment_error_rate')
@@ -128,19 +129,40 @@ def group_table(variants: list[Variant], metric: str, best, tests) -> list[str]:
   return lines
 
 
-def compute_line(results: list) -> str:
+def marginal_table(variants: list[Variant], metric: str) -> list[str]:
+  """Each value of each swept setting pooled over every other setting and seed: mean ± std of
+  `metric` over its finished trials (the main effect of one choice, e.g. timing over all
+  scores). Only where a group sweeps two or more settings; otherwise it is the main table."""
+  swept = {}
+  for v in variants:
+    for key, value in v.overrides.items():
+      swept.setdefault(key, {}).setdefault(trials_lib.format_value(value), []).append(v)
+  swept = {k: by_value for k, by_value in swept.items() if len(by_value) > 1}
+  if len(swept) < 2:
+    return []
+  short = trials_lib.short_keys(swept)
+  lines = ['', f'Pooled over the other settings and seeds (test {metric}):', '']
+  lines += ['| setting | trials | ' + metric + ' |', '|---|---|---|']
+  for key, by_value in swept.items():
+    for value, vs in by_value.items():
+      values = [x for v in vs for x in v.values(metric)]
+      lines.append(f'| {short[key]}={value} | {len(values)} | {_fmt(mean_std(values))} |')
+  return lines
+
+
+def compute_line(variants: list[Variant]) -> str:
   """What the finished trials cost: their wall time (each trial's own, whatever ran beside
   it) and CPU time (all threads of its processes; pauses and neighbours do not count)."""
-  finished = [r for r in results if r.state == 'finished']
-  walls = [r.status['wall_s'] for r in finished if is_number(r.status.get('wall_s'))]
-  cpus = [r.cpu_s for r in finished if r.cpu_s is not None]
-  line = f'Compute: {len(finished)} finished trial(s)'
+  finished = sum(len(v.finished) for v in variants)
+  walls = [w for v in variants for w in v.wall_times()]
+  cpus = [c for v in variants for c in v.cpu_times()]
+  line = f'Compute: {finished} finished trial(s)'
   if walls:
     line += f', {sweep_runner.duration(sum(walls))} of trial wall time'
   if cpus:
     line += f', {sweep_runner.duration(sum(cpus))} of CPU time'
-    if len(cpus) < len(finished):
-      line += f' ({len(cpus)} of them recorded it)'
+    line += f' ({sweep_runner.duration(float(np.mean(cpus)))} per trial'
+    line += f'; {len(cpus)} of them recorded it)' if len(cpus) < finished else ')'
   return line + '. Wall/trial and CPU/trial below are means over finished seeds.'
 
 
@@ -166,7 +188,7 @@ def markdown(
     '',
     convergence.rule(),
     '',
-    compute_line(results),
+    compute_line([v for vs in groups.values() for v in vs]),
   ]
   for group, variants in groups.items():
     ranked_by = primary_metric(variants, metric)
@@ -175,6 +197,7 @@ def markdown(
     order = 'lower' if ranked_by in LOWER_IS_BETTER else 'higher'
     lines += ['', f'## {group}', '', f'Best by test {ranked_by} ({order} is better).', '']
     lines += group_table(variants, ranked_by, best, tests)
+    lines += marginal_table(variants, ranked_by)
     flag = convergence.flag_line([(v.label, v.verdicts()) for v in variants])
     if flag:
       lines += ['', flag]
@@ -223,8 +246,8 @@ def csv_text(groups: dict[str, list[Variant]], metric: str) -> str:
   )
   head = ['group', 'variant', 'ranked_by', 'seeds_finished', 'seeds_failed']
   head += [f'{m}_{s}' for m in names for s in ('mean', 'std')]
-  head += ['num_params', 'tokens_per_sec', 'wall_s', 'cpu_s', 'delta_vs_best', 'ci_low']
-  head += ['ci_high']
+  head += ['num_params', 'tokens_per_sec', 'wall_s', 'cpu_s']
+  head += ['delta_vs_best', 'ci_low', 'ci_high']
   head += ['p_value', 'seeds_converged', 'seeds_undecided', 'seeds_tested_on_best']
   head += ['max_movement_points']  # the largest last-quarter movement of its trials
   out = io.StringIO()
