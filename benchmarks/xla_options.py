@@ -61,11 +61,16 @@ def _body(text: str) -> str:
   return text.split('\n', 1)[-1]  # without the HloModule line
 
 
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
 def probe_in_child(s: Setting, workload: workloads.Workload) -> str:
   """'' if a quick compile + step of `s` works in a child process, else why not."""
-  cmd = [sys.executable, os.path.abspath(__file__), '--probe', s.name, '--workload', workload.name]
+  # As a module from the repository root: run as a script, `from benchmarks import ...` fails.
+  cmd = [sys.executable, '-m', 'benchmarks.xla_options', '--probe', s.name,
+         '--workload', workload.name]
   try:
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO_ROOT)
   except subprocess.TimeoutExpired:
     return 'quick probe timed out (300 s)'
   if r.returncode == 0 and 'PROBE OK' in r.stdout:

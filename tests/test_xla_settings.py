@@ -77,3 +77,13 @@ def test_dot_types_reads_operand_types_within_each_computation():
     '}',
   ])
   assert xla_settings.dot_types(text) == {'bf16->f32': 1, 'f32->f32': 2}
+
+
+def test_probe_child_runs_the_setting_from_any_working_directory(tmp_path, monkeypatch):
+  # The probe compiles a setting in a child process; it must import `benchmarks` wherever the
+  # parent was started (it once ran the file as a script and failed with ModuleNotFoundError).
+  from benchmarks import workloads, xla_options
+
+  monkeypatch.chdir(tmp_path)
+  headline = next(w for w in workloads.all_workloads() if w.headline)
+  assert xla_options.probe_in_child(xla_settings.BY_NAME['baseline'], headline) == ''
