@@ -68,9 +68,19 @@ def _model_registries():
   Imported on first validation, not with this module: they import JAX and Flax (~0.7 s), which
   `import attnlab.config` (read by sweeps and launchers) does not need.
   """
-  from attnlab.models import attention, decoder, encoder, factory, recurrent, scoring, transformer
+  from attnlab.models import (
+    attention,
+    decoder,
+    encoder,
+    factory,
+    matmul,
+    recurrent,
+    scoring,
+    transformer,
+  )
 
   return {'model.kind': factory.MODEL_KINDS, 'model.cell': recurrent.CELLS,
+          'model.dtype': tuple(matmul.MODEL_DTYPES),
           'model.bridge': encoder.BRIDGES, 'model.attention.score': scoring.SCORES,
           'model.attention.timing': decoder.TIMINGS, 'model.attention.window': attention.WINDOWS,
           'model.transformer.norm': transformer.NORMS}
@@ -147,9 +157,8 @@ class ModelConfig:
 
   def validate(self, prefix: str = 'model') -> None:
     choices = _model_registries()
-    for key in ('kind', 'cell', 'bridge'):
+    for key in ('kind', 'cell', 'bridge', 'dtype'):
       check_choice(f'{prefix}.{key}', getattr(self, key), choices[f'model.{key}'])
-    check_choice(f'{prefix}.dtype', self.dtype, ('float32', 'bfloat16'))
     for key in ('embed_dim', 'hidden_size', 'encoder_layers', 'decoder_layers'):
       _check_positive(f'{prefix}.{key}', getattr(self, key))
     if not 0.0 <= float(self.dropout) < 1.0:

@@ -38,7 +38,7 @@ def advice(cfg) -> str:
   else:
     tips.append('set optim.clip_norm (e.g. 1.0; now 0 = off)')
     clipping = ''
-  if cfg.model.dtype == 'bfloat16':
+  if cfg.model.dtype != 'float32':  # bfloat16 or bfloat16_matmuls
     tips.append('train in model.dtype=float32')
   text = '; '.join(tips)
   if clipping:

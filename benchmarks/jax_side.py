@@ -94,18 +94,20 @@ class JaxRunner:
     return time.perf_counter() - start, outs
 
 
-def check_same_logits(runner: JaxRunner, torch_model, batch: dict) -> float:
-  """Max |logit difference| between attnlab and the reference on a teacher-forced batch."""
+def check_same_logits(runner: JaxRunner, torch_model, batch: dict, autocast: bool = False) -> float:
+  """Max |logit difference| between attnlab and the reference on a teacher-forced batch (the
+  reference under torch.autocast where attnlab runs model.dtype=bfloat16_matmuls)."""
   import torch
 
   from attnlab.steps import decoder_input
+  from benchmarks.torch_reference import precision
 
   tgt_in = np.asarray(decoder_input(batch['target']))
   ours = np.asarray(runner.model.apply({'params': runner.params}, batch['source'], tgt_in))
   torch_model.eval()
-  with torch.inference_mode():
+  with torch.inference_mode(), precision(autocast):
     theirs = torch_model(
       torch.from_numpy(np.array(batch['source'])).long(), torch.from_numpy(np.array(tgt_in)).long()
-    ).numpy()
+    ).float().numpy()
   valid = batch['target'] != 0
   return float(np.max(np.abs(ours - theirs)[valid]))

@@ -134,23 +134,24 @@ def timed(fn: Callable[[], object]) -> tuple[float, object]:
   return time.perf_counter() - start, out
 
 
-def jax_matmul_gflops(n: int = 1024, reps: int = 10) -> float:
-  """Best float32 n x n matmul rate of XLA on this machine, GFLOP/s."""
+def jax_matmul_gflops(n: int = 1024, reps: int = 10, dtype: str = 'float32') -> float:
+  """Best n x n matmul rate of XLA on this machine, GFLOP/s: float32, or bfloat16 operands
+  summed in float32 (what attnlab's bf16 matmuls run, models/matmul.py)."""
   import jax
   import jax.numpy as jnp
 
-  a = jnp.asarray(np.random.default_rng(0).standard_normal((n, n)), jnp.float32)
-  mm = jax.jit(lambda x, y: x @ y)
+  a = jnp.asarray(np.random.default_rng(0).standard_normal((n, n)), dtype)
+  mm = jax.jit(lambda x, y: jnp.matmul(x, y, preferred_element_type=jnp.float32))
   mm(a, a).block_until_ready()
   best = min(timed(lambda: mm(a, a).block_until_ready())[0] for _ in range(reps))
   return 2 * n**3 / best / 1e9
 
 
-def torch_matmul_gflops(n: int = 1024, reps: int = 10) -> float:
-  """Best float32 n x n matmul rate of PyTorch on this machine, GFLOP/s."""
+def torch_matmul_gflops(n: int = 1024, reps: int = 10, dtype: str = 'float32') -> float:
+  """Best n x n matmul rate of PyTorch on this machine, GFLOP/s (float32 or bfloat16)."""
   import torch
 
-  a = torch.randn(n, n)
+  a = torch.randn(n, n).to(getattr(torch, dtype))
   a @ a
   best = min(timed(lambda: a @ a)[0] for _ in range(reps))
   return 2 * n**3 / best / 1e9

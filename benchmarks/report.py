@@ -65,6 +65,16 @@ def _step_matmul(result: dict) -> str:
   )
 
 
+def _bf16_peak(result: dict) -> str:
+  rates = result.get('matmul_gflops_bf16')
+  if not rates:
+    return ''  # no bf16 row in the run (or written before it was measured)
+  return (
+    f' Bfloat16 operands summed in float32 (1024^3): XLA {rates["jax"]} GFLOP/s, PyTorch '
+    f'{rates["torch"]} GFLOP/s; the MFU of the bf16 and bf16-matmuls rows uses the larger.'
+  )
+
+
 def markdown(result: dict) -> str:
   s = result['settings']
   d = result['default_config']
@@ -76,6 +86,7 @@ def markdown(result: dict) -> str:
     f'{result["load_at_start"]} at start, {result["load_at_end"]} at end).\n\n',
     f'Float32 matmul peak (1024^3, best of 10): XLA {result["matmul_gflops"]["jax"]} GFLOP/s, '
     f'PyTorch {result["matmul_gflops"]["torch"]} GFLOP/s; MFU uses the larger.'
+    + _bf16_peak(result)
     + _step_matmul(result)
     + '\n\n',
     'x = attnlab / PyTorch speed, both measured in the same run, repetitions alternated '

@@ -9,7 +9,9 @@ batches. Timings alternate attnlab and PyTorch repetition by repetition and repo
 so each ratio (attnlab / PyTorch, > 1 = attnlab faster) is measured under the same load.
 Steady-state throughput excludes compilation; `compile_s` is the first call minus a steady
 call. MFU = matmul FLOPs of the executed shapes (benchmarks/flops.py) per second over the
-best float32 matmul rate measured here. PyTorch parts are skipped if torch is not installed.
+best matmul rate measured here in the dtype the workload's matmuls run in (float32, or bf16
+operands summed in float32 for model.dtype=bfloat16 and bfloat16_matmuls). PyTorch parts are
+skipped if torch is not installed.
 """
 
 from __future__ import annotations
@@ -80,7 +82,7 @@ def bench_workload(
   tr = None
   if with_torch:
     tr = torch_side.TorchRunner(w, quick=quick, params=jax.device_get(jr.params))
-    row['max_logit_diff'] = jax_side.check_same_logits(jr, tr.model, padded[0])
+    row['max_logit_diff'] = jax_side.check_same_logits(jr, tr.model, padded[0], tr.autocast)
 
   # Decoding first: both sides still hold the same (initial) parameters.
   L = workloads.DECODE_LENGTH
@@ -205,6 +207,11 @@ def main(argv=None) -> dict:
     'versions': {'jax': jax.__version__, 'torch': torch.__version__ if with_torch else None},
     'load_at_start': measure.load_average(),
     'matmul_gflops': {'jax': round(jax_peak, 1), 'torch': round(torch_peak, 1)},
+    # bf16 operands, f32 sums (AMX / avx512_bf16 where the CPU has them): the bf16 rows' peak.
+    'matmul_gflops_bf16': {
+      'jax': round(measure.jax_matmul_gflops(dtype='bfloat16'), 1),
+      'torch': round(measure.torch_matmul_gflops(dtype='bfloat16'), 1) if with_torch else 0.0,
+    } if any(w.matmul_dtype == 'bfloat16' for w in chosen) else None,
     'step_matmul_gflops': {
       'jax': round(measure.jax_step_matmul_gflops(), 1),
       'torch': round(measure.torch_step_matmul_gflops(), 1) if with_torch else 0.0,
@@ -212,12 +219,14 @@ def main(argv=None) -> dict:
     'settings': s,
     'rows': [],
   }
-  peak = max(jax_peak, torch_peak)
+  peaks = {'float32': max(jax_peak, torch_peak)}
+  if result['matmul_gflops_bf16']:
+    peaks['bfloat16'] = max(result['matmul_gflops_bf16'].values())
   for w in chosen:
     row = bench_workload(
       w,
       args.quick,
-      peak,
+      peaks[w.matmul_dtype],
       s,
       with_torch and not w.jax_only,
       not args.no_memory

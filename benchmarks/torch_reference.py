@@ -195,14 +195,24 @@ class TorchSeq2Seq(nn.Module):
 # --- training step and search --------------------------------------------------------------
 
 
-def make_train_step(model: nn.Module, *, learning_rate: float = 3e-3, clip_norm: float = 1.0):
-  """Adam (b2 0.98, eps 1e-9, as attnlab's defaults) with global-norm clipping."""
+def precision(autocast: bool):
+  """The forward pass's precision: `torch.autocast` to bfloat16 (attnlab's
+  model.dtype=bfloat16_matmuls counterpart) or plain float32."""
+  return torch.autocast('cpu', dtype=torch.bfloat16, enabled=autocast)
+
+
+def make_train_step(model: nn.Module, *, learning_rate: float = 3e-3, clip_norm: float = 1.0,
+                    autocast: bool = False):
+  """Adam (b2 0.98, eps 1e-9, as attnlab's defaults) with global-norm clipping; with
+  `autocast` the forward pass and loss run under torch.autocast (backward outside, as its
+  documentation asks)."""
   opt = torch.optim.Adam(model.parameters(), lr=learning_rate, betas=(0.9, 0.98), eps=1e-9)
 
   def train_step(src: torch.Tensor, target: torch.Tensor) -> float:
     model.train()
     tgt_in = torch.cat([torch.full_like(target[:, :1], BOS_ID), target[:, :-1]], 1)
-    logits = model(src, tgt_in)
+    with precision(autocast):
+      logits = model(src, tgt_in).float()
     loss = F.cross_entropy(
       logits.reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=PAD_ID
     )

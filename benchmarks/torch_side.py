@@ -52,8 +52,11 @@ class TorchRunner:
     if params is not None:
       self.model.load_flax_params(params)
     self.length_penalty = cfg.eval.length_penalty
+    # attnlab's float32 model with bf16 weight matmuls is compared with torch.autocast.
+    self.autocast = m.dtype == 'bfloat16_matmuls'
     self._train_step = torch_reference.make_train_step(
-      self.model, learning_rate=cfg.optim.learning_rate, clip_norm=cfg.optim.clip_norm
+      self.model, learning_rate=cfg.optim.learning_rate, clip_norm=cfg.optim.clip_norm,
+      autocast=self.autocast,
     )
     self._cache = {}
     self.threads = {}
@@ -88,13 +91,14 @@ class TorchRunner:
     tensors = [self._as_tensors(b) for b in batches]
     torch.set_num_threads(self.threads.get(method, torch.get_num_threads()))
     start = time.perf_counter()
-    if method == 'greedy':
-      outs = [torch_reference.greedy(self.model, t['source'], max_length) for t in tensors]
-    else:
-      outs = [
-        torch_reference.beam(
-          self.model, t['source'], max_length, workloads.BEAM_SIZE, self.length_penalty
-        )
-        for t in tensors
-      ]
+    with torch_reference.precision(self.autocast):
+      if method == 'greedy':
+        outs = [torch_reference.greedy(self.model, t['source'], max_length) for t in tensors]
+      else:
+        outs = [
+          torch_reference.beam(
+            self.model, t['source'], max_length, workloads.BEAM_SIZE, self.length_penalty
+          )
+          for t in tensors
+        ]
     return time.perf_counter() - start, outs

@@ -38,7 +38,7 @@ class Workload:
   name: str
   overrides: tuple[tuple[str, object], ...]
   headline: bool = False
-  jax_only: bool = False  # no PyTorch counterpart (e.g. bfloat16 compute)
+  jax_only: bool = False  # no PyTorch counterpart (bfloat16 compute; bfloat16_matmuls has autocast)
   bucket_size: int = 8  # attnlab pads lengths to multiples of this (data.bucket_size)
   # > 0: rows grouped and padded as data.batching=tokens does with data.num_buckets of this
   # (the real tasks' setting): the padded work of the configs users train, not of buckets of 8.
@@ -51,6 +51,11 @@ class Workload:
   @property
   def dtype(self) -> str:
     return dict(self.overrides).get('model.dtype', 'float32')
+
+  @property
+  def matmul_dtype(self) -> str:
+    """The operand dtype of its weight matmuls: the peak its MFU is measured against."""
+    return 'float32' if self.dtype == 'float32' else 'bfloat16'
 
   def value(self, key: str):
     return dict(self.overrides)[key]
@@ -88,16 +93,22 @@ def all_workloads() -> list[Workload]:
   bf16 = Workload(
     headline.name + '-bf16', headline.overrides + (('model.dtype', 'bfloat16'),), jax_only=True
   )
+  # Float32 models with bf16 weight matmuls (AMX / avx512_bf16), against torch.autocast.
+  by_name = {w.name: w for w in rnn + [transformer]}
+  bf16_matmuls = [
+    dataclasses.replace(by_name[name], name=name + '-bf16-matmuls', headline=False,
+                        overrides=by_name[name].overrides + (('model.dtype', 'bfloat16_matmuls'),))
+    for name in ('luong-general-feed', 'luong-general', 'transformer')
+  ]
   # Same model, finer buckets: targets of 9-11 tokens pad to 12 instead of 16.
   bucket4 = Workload(headline.name + '-bucket4', headline.overrides, bucket_size=4)
   # Token batching (configs/g2p.py, bible.py, dates.py): one row per decoder path (the step
   # loop with input feeding and with Bahdanau timing, Luong's whole-sequence path, Transformer).
-  by_name = {w.name: w for w in rnn + [transformer]}
   tokens = [
     dataclasses.replace(by_name[name], name=name + '-tokens', headline=False, token_buckets=8)
     for name in ('luong-general-feed', 'luong-general', 'bahdanau-concat', 'transformer')
   ]
-  return rnn + [transformer, bf16, bucket4] + tokens
+  return rnn + [transformer, bf16, bucket4] + tokens + bf16_matmuls
 
 
 def quick_workloads() -> list[Workload]:

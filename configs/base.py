@@ -64,7 +64,9 @@ def get_config() -> ml_collections.ConfigDict:
   c.model.encoder_layers = 1
   c.model.decoder_layers = 1
   c.model.dropout = 0.1  # on embeddings and between layers
-  c.model.dtype = 'float32'  # float32 | bfloat16 (compute dtype; params and softmax stay fp32)
+  # float32 | bfloat16 (compute dtype; params and softmax stay fp32) | bfloat16_matmuls (a
+  # float32 model whose weight matmuls take bf16 operands, as torch.autocast: models/matmul.py)
+  c.model.dtype = 'float32'
   c.model.cell = 'lstm'  # rnn: lstm | gru
   c.model.bidirectional = True  # rnn encoder: each direction gets H/2 units
   c.model.bridge = 'dense'  # rnn: dense | copy | zero (encoder final state -> decoder init)

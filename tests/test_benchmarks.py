@@ -43,6 +43,44 @@ def test_quick_run_writes_results(tmp_path):
   assert '| luong-general-feed (16x16) |' in (tmp_path / 'ci.md').read_text()
 
 
+def test_bf16_matmul_row_runs_against_torch_autocast_and_the_bf16_peak(tmp_path):
+  from benchmarks import run
+
+  name = 'luong-general-feed-bf16-matmuls'
+  result = run.main(['--quick', f'--only={name}', '--no-memory', f'--out={tmp_path}',
+                     '--machine=ci'])
+  (row,) = result['rows']
+  assert row['workload'] == name and row['dtype'] == 'bfloat16_matmuls'
+  assert set(result['matmul_gflops_bf16']) == {'jax', 'torch'}  # its MFU's peak, measured
+  assert 'Bfloat16 operands summed in float32' in (tmp_path / 'ci.md').read_text()
+  if result['versions']['torch'] is not None:
+    # Both sides round the same weight matmuls' operands to bf16: close, not equal.
+    assert 0 < row['max_logit_diff'] < 0.05 and row['train_ratio'] > 0
+
+
+def test_torch_autocast_reference_rounds_like_bf16_matmuls():
+  torch = pytest.importorskip('torch')
+  from benchmarks import jax_side, torch_side
+  from benchmarks.torch_reference import precision
+
+  workload = next(w for w in workloads.all_workloads()
+                  if w.name == 'luong-general-feed-bf16-matmuls')
+  assert not workload.jax_only and workload.matmul_dtype == 'bfloat16'
+  jr = jax_side.JaxRunner(workload, quick=True)
+  tr = torch_side.TorchRunner(workload, quick=True, params=jax.device_get(jr.params))
+  assert tr.autocast
+  (batch,), _ = workloads.make_batches(1, 8, bucket_size=8)
+  diff = jax_side.check_same_logits(jr, tr.model, batch, autocast=True)
+  assert diff < 0.05
+  tgt_in = torch.tensor(np.array(decoder_input(batch['target']))).long()
+  source = torch.tensor(np.array(batch['source'])).long()
+  with torch.inference_mode():
+    full = tr.model(source, tgt_in)
+    with precision(True):
+      mixed = tr.model(source, tgt_in).float()
+  assert float((full - mixed).abs().max()) > 1e-5  # autocast took effect on the reference
+
+
 def test_token_batched_rows_are_grouped_and_padded_as_token_batching_does():
   """The -tokens workloads: every row of a batch is one that token batching puts in that
   batch's shape (one of 8 fit to the length histogram), PyTorch gets the same rows trimmed."""

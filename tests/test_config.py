@@ -58,6 +58,7 @@ def _choices(registry) -> str:
     ('model.attention.window', 'local', _choices(attention.WINDOWS)),
     ('model.kind', 'cnn', _choices(factory.MODEL_KINDS)),
     ('model.cell', 'rnn', _choices(recurrent.CELLS)),
+    ('model.dtype', 'float16', 'choose from bfloat16, bfloat16_matmuls, float32$'),
     ('optim.schedule', 'cosin', 'choose from constant, cosine, linear, plateau, rsqrt$'),
     ('optim.plateau_factor', 1.0, r'optim.plateau_factor=1.0 must be in \(0, 1\)'),
     ('optim.plateau_patience', 0, 'optim.plateau_patience=0 must be a positive integer'),

@@ -150,3 +150,58 @@ def test_bfloat16_training_step_runs_and_tracks_float32():
   for low, full in zip(jax.tree.leaves(low_grads), jax.tree.leaves(full_grads), strict=True):
     assert low.dtype == jnp.float32
     np.testing.assert_allclose(low, full, rtol=0.1, atol=0.02)
+
+
+# --- model.dtype=bfloat16_matmuls: a float32 model whose weight matmuls take bf16 operands ---
+
+
+def test_weight_matmul_under_bfloat16_matmuls_sums_the_rounded_operands_in_float32():
+  # Hand-derived: round each float32 operand to bf16, multiply exactly, sum, keep float32.
+  a = jax.random.normal(jax.random.key(20), (8, 1024))
+  w = jax.random.normal(jax.random.key(21), (1024, 6))
+  want = np.asarray(a.astype(jnp.bfloat16), np.float64) @ np.asarray(w.astype(jnp.bfloat16),
+                                                                   np.float64)
+  with matmul.weight_operands('bfloat16_matmuls'):
+    got = matmul.dot(a, w)
+    dense = matmul.Dense(6, use_bias=False)
+    got_dense = dense.apply({'params': {'kernel': w}}, a)
+  for result in (got, got_dense):
+    assert result.dtype == jnp.float32
+    np.testing.assert_allclose(result, want, rtol=1e-5, atol=1e-4)
+  # ... which is not the float32 product: the rounding took effect (K = 1024 products).
+  assert float(jnp.max(jnp.abs(got - a @ w))) > 1e-3
+  # Outside the scope (and under float32) the same call is the plain float32 matmul again.
+  np.testing.assert_array_equal(matmul.dot(a, w), jnp.dot(a, w))
+  with matmul.weight_operands('float32'):
+    np.testing.assert_array_equal(matmul.dot(a, w), jnp.dot(a, w))
+
+
+def test_bfloat16_matmuls_leaves_activation_matmuls_in_float32():
+  # Scores and context sums (both operands activations) keep float32 operands.
+  q = jax.random.normal(jax.random.key(22), (2, 3, 64))
+  k = jax.random.normal(jax.random.key(23), (2, 5, 64))
+  with matmul.weight_operands('bfloat16_matmuls'):
+    got = matmul.einsum('btk,bsk->bts', q, k)
+  np.testing.assert_array_equal(got, jnp.einsum('btk,bsk->bts', q, k))
+
+
+@pytest.mark.parametrize('family', sorted(FAMILIES))
+def test_bfloat16_matmuls_step_runs_weight_dots_on_bf16_and_the_rest_in_float32(family):
+  step, params = _loss_and_grad(family, 'bfloat16_matmuls')
+  text = step.lower(params).as_text()
+  kinds = {types for line in text.splitlines() for types in DOT_TYPES.findall(line)}
+  # Weight matmuls (and their gradients) bf16 x bf16 -> f32; scores/contexts f32. No dot
+  # produces bf16, so no activation is ever rounded to bf16.
+  assert kinds == {('bf16', 'bf16', 'f32'), ('f32', 'f32', 'f32')}, sorted(kinds)
+  assert all(p.dtype == jnp.float32 for p in jax.tree.leaves(params))
+
+
+def test_bfloat16_matmuls_training_step_tracks_float32():
+  full_step, params = _loss_and_grad('luong-general-feed', 'float32')
+  mixed_step, _ = _loss_and_grad('luong-general-feed', 'bfloat16_matmuls')
+  (full_loss, full_grads), (mixed_loss, mixed_grads) = full_step(params), mixed_step(params)
+  assert mixed_loss.dtype == jnp.float32 and float(mixed_loss) != float(full_loss)
+  assert abs(float(mixed_loss) - float(full_loss)) < 0.01 * float(full_loss)
+  for mixed, full in zip(jax.tree.leaves(mixed_grads), jax.tree.leaves(full_grads), strict=True):
+    assert mixed.dtype == jnp.float32
+    np.testing.assert_allclose(mixed, full, rtol=0.05, atol=0.01)

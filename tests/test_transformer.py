@@ -191,9 +191,10 @@ def test_training_dropout_equals_flax_dropout_in_logits_and_gradients(monkeypatc
   (flax_grads, flax_logits), flax_largest = loss_and_grads()
   assert flax_largest >= SRC.size * H
   np.testing.assert_array_equal(logits, flax_logits)  # the same masks, bit for bit
-  # Another XLA program sums in another order: gradients agree to float32 rounding.
-  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), grads,
-               flax_grads)
+  # Another XLA program sums in another order: gradients agree to float32 rounding of the
+  # largest entry of each array (on Intel AVX-512 a 5e-3 entry beside 3.8 ones moved 1.3e-6).
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(
+    a, b, rtol=1e-5, atol=1e-6 * max(1.0, float(np.max(np.abs(b))))), grads, flax_grads)
   evaluate = model.apply(variables, SRC, TGT_IN)
   assert not np.allclose(logits, evaluate), 'dropout must be active'
 

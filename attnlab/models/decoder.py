@@ -62,7 +62,7 @@ class DecoderCell(nn.Module):
   def setup(self):
     cfg = self.config
     att = cfg.attention
-    dtype = jnp.dtype(cfg.dtype)
+    dtype = matmul.compute_dtype(cfg.dtype)
     H = cfg.hidden_size
     check_choice('model.attention.timing', att.timing, TIMINGS)
     self.embed = nn.Embed(self.vocab_size, cfg.embed_dim, dtype=dtype)
@@ -154,7 +154,7 @@ class DecoderCell(nn.Module):
     Without dropout this is a row of the V x G table (embedding W_i[:E]): decoding gathers
     rows instead of multiplying every step.
     """
-    dtype = jnp.dtype(self.config.dtype)
+    dtype = matmul.compute_dtype(self.config.dtype)
     if not train or self.config.dropout == 0.0:
       table_VxG = recurrent.input_gates(kernels[0], self.embed.embedding, dtype)
       return jnp.take(table_VxG, y_prev, axis=0)
@@ -164,7 +164,7 @@ class DecoderCell(nn.Module):
   def _rnn(self, states, gx0_BxG, kernels, train: bool, extra_BxK=None):
     """Runs the stacked cells one step from the bottom layer's input gates (plus its extra
     input); returns (new states, top layer's h_BxH)."""
-    kind, dtype = self.config.cell, jnp.dtype(self.config.dtype)
+    kind, dtype = self.config.cell, matmul.compute_dtype(self.config.dtype)
     new_states = []
     for layer, state in enumerate(states):
       if layer == 0:
@@ -221,7 +221,7 @@ class DecoderCell(nn.Module):
   def whole_sequence(self, carry: DecoderCarry, tgt_in_BxT, memory: Memory, *, train: bool):
     """Teacher forcing when the RNN does not read attention (luong without input feeding,
     none): the RNN over all T steps, then attention and readout for all T queries at once."""
-    kind, dtype = self.config.cell, jnp.dtype(self.config.dtype)
+    kind, dtype = self.config.cell, matmul.compute_dtype(self.config.dtype)
     kernels = self.cell_kernels()
     gx_BxTxG = self.embed_gates(tgt_in_BxT, kernels, train)
     states, out_BxTxH = [], None

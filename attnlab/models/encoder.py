@@ -57,7 +57,7 @@ class RNNEncoder(nn.Module):
   @nn.compact
   def __call__(self, src_BxS: jax.Array, *, train: bool) -> tuple[jax.Array, list[Carry]]:
     cfg = self.config
-    dtype = jnp.dtype(cfg.dtype)
+    dtype = matmul.compute_dtype(cfg.dtype)
     H = cfg.hidden_size
     lengths_B = source_lengths(src_BxS)
     mask_BxS = src_BxS != PAD_ID
@@ -118,7 +118,7 @@ class Bridge(nn.Module):
   def __call__(self, final_states: list[Carry]) -> tuple[Carry, ...]:
     cfg = self.config
     check_choice('model.bridge', cfg.bridge, BRIDGES)
-    dtype = jnp.dtype(cfg.dtype)
+    dtype = matmul.compute_dtype(cfg.dtype)
     num_encoder = len(final_states)
     init_states = []
     for layer in range(cfg.decoder_layers):

@@ -12,10 +12,21 @@ cotangent to the operands' dtype first, so the gradient dots are bf16 x bf16 -> 
 Float32 operands take plain `jnp.einsum` (and its own gradient): bit for bit what they were.
 Results come back in the operands' dtype unless `out_dtype` says otherwise (scores ask for
 float32, so the softmax never sees a rounded score).
+
+`model.dtype=bfloat16_matmuls` is mixed precision as `torch.autocast(dtype=bfloat16)` does it: a
+float32 model (activations, elementwise ops, attention scores and context sums all float32)
+whose *weight* matmuls (the Dense layers' `dot_general` and `dot`: every matmul with a parameter
+matrix on the right, including the LSTM's input and recurrent kernels) round both operands to
+bfloat16 and sum in float32. On XLA:CPU this reaches the AMX / avx512_bf16 dot kernels without
+paying bf16's converts around every elementwise op (benchmarks/OPTIMISATIONS.md, Intel). The
+top-level models' methods enter `weight_operands(config.dtype)` (`with_model_dtype`), the way
+`jax.default_matmul_precision` scopes a trace; matmuls traced outside any model stay as given.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import string
 
@@ -24,6 +35,52 @@ import jax
 import jax.numpy as jnp
 
 ACCUMULATION_DTYPE = jnp.float32
+
+# model.dtype -> (compute dtype of activations, operand dtype of weight matmuls). The one
+# definition of the choices (attnlab/config.py validates against it).
+MODEL_DTYPES = {
+  'float32': (jnp.float32, jnp.float32),
+  'bfloat16': (jnp.bfloat16, jnp.bfloat16),
+  'bfloat16_matmuls': (jnp.float32, jnp.bfloat16),
+}
+
+# The operand dtype of weight matmuls in the model being traced (None: the operands' own).
+_WEIGHT_OPERANDS = contextvars.ContextVar('attnlab_weight_operands', default=None)
+
+
+def compute_dtype(model_dtype: str):
+  """The dtype activations are computed in under `model.dtype=model_dtype`."""
+  return jnp.dtype(MODEL_DTYPES[model_dtype][0])
+
+
+@contextlib.contextmanager
+def weight_operands(model_dtype: str):
+  """Within: float32 weight matmuls take operands in `model.dtype`'s weight-operand dtype."""
+  operands = jnp.dtype(MODEL_DTYPES[model_dtype][1])
+  token = _WEIGHT_OPERANDS.set(None if operands == compute_dtype(model_dtype) else operands)
+  try:
+    yield
+  finally:
+    _WEIGHT_OPERANDS.reset(token)
+
+
+def with_model_dtype(method):
+  """Decorates a top-level model method: its trace runs in `weight_operands(config.dtype)`."""
+
+  @functools.wraps(method)
+  def wrapped(self, *args, **kwargs):
+    with weight_operands(self.config.dtype):
+      return method(self, *args, **kwargs)
+
+  return wrapped
+
+
+def _weight_operands(x, w):
+  """(x, w) rounded to the traced model's weight-operand dtype, if it has one and they are f32."""
+  operands = _WEIGHT_OPERANDS.get()
+  if operands is None or jnp.result_type(x, w) != ACCUMULATION_DTYPE:
+    return x, w
+  return x.astype(operands), w.astype(operands)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
@@ -61,11 +118,13 @@ def einsum(subscripts: str, x, y, out_dtype=None):
   return _einsum_low(subscripts.replace(' ', ''), x, y).astype(out_dtype)
 
 
-def dot(a, b, out_dtype=None):
-  """`jnp.dot` of a ...xK array and a KxN matrix with float32 accumulation."""
-  if b.ndim != 2:
-    raise ValueError(f'matmul.dot takes a KxN matrix on the right, got shape {b.shape}')
-  return einsum('...k,kn->...n', a, b, out_dtype)
+def dot(a, w, out_dtype=None):
+  """`jnp.dot` of a ...xK array and a KxN weight matrix with float32 accumulation (a weight
+  matmul: under `model.dtype=bfloat16_matmuls` float32 operands are rounded to bfloat16)."""
+  if w.ndim != 2:
+    raise ValueError(f'matmul.dot takes a KxN matrix on the right, got shape {w.shape}')
+  out_dtype = out_dtype or jnp.result_type(a, w)
+  return einsum('...k,kn->...n', *_weight_operands(a, w), out_dtype)
 
 
 def _dot_general_subscripts(lhs_ndim: int, rhs_ndim: int, dimension_numbers) -> str:
@@ -88,10 +147,13 @@ def _dot_general_subscripts(lhs_ndim: int, rhs_ndim: int, dimension_numbers) -> 
 def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None,
                 **kwargs):
   """`jax.lax.dot_general` with float32 accumulation: the `dot_general` of attnlab's Dense
-  layers. The result has `preferred_element_type` if given, else the operands' dtype."""
+  layers (weight matmuls, see `dot`). The result has `preferred_element_type` if given, else
+  the operands' dtype (float32 under `model.dtype=bfloat16_matmuls`)."""
+  preferred_element_type = preferred_element_type or jnp.result_type(lhs, rhs)
+  lhs, rhs = _weight_operands(lhs, rhs)
   if jnp.result_type(lhs, rhs) == ACCUMULATION_DTYPE:
     out = jax.lax.dot_general(lhs, rhs, dimension_numbers, precision=precision, **kwargs)
-    return out.astype(preferred_element_type or out.dtype)
+    return out.astype(preferred_element_type)
   subscripts = _dot_general_subscripts(lhs.ndim, rhs.ndim, dimension_numbers)
   return einsum(subscripts, lhs, rhs, out_dtype=preferred_element_type)
 

@@ -94,7 +94,7 @@ class CellParams(nn.Module):
 
 def input_gates(kernels: CellKernels, x_BxTxI: jax.Array, dtype) -> jax.Array:
   """x W_i (+ b_i) for every step at once: ...xI -> ...xGH in `dtype`."""
-  gates = matmul.einsum('...i,ig->...g', x_BxTxI.astype(dtype), kernels.w_i.astype(dtype))
+  gates = matmul.dot(x_BxTxI.astype(dtype), kernels.w_i.astype(dtype))
   if kernels.b_i is not None:
     gates = gates + kernels.b_i.astype(dtype).reshape((1,) * (gates.ndim - 1) + (-1,))
   return gates

@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 
 from attnlab.config import ModelConfig
-from attnlab.models import PAD_ID
+from attnlab.models import PAD_ID, matmul
 from attnlab.models.decoder import DecoderCarry, DecoderCell, Memory, unroll
 from attnlab.models.encoder import Bridge, RNNEncoder, source_lengths
 
@@ -40,6 +40,7 @@ class Seq2Seq(nn.Module):
     self.bridge = Bridge(self.config)
     self.decoder = DecoderCell(self.config, self.target_vocab_size)
 
+  @matmul.with_model_dtype
   def encode(self, src_BxS: jax.Array, *, train: bool = False) -> Memory:
     enc_BxSxH, final_states = self.encoder(src_BxS, train=train)
     memory = self.decoder.project_memory(enc_BxSxH)
@@ -48,15 +49,18 @@ class Seq2Seq(nn.Module):
     memory['init_states'] = self.bridge(final_states)
     return memory
 
+  @matmul.with_model_dtype
   def init_decode_carry(self, memory: Memory, max_length: int) -> DecoderCarry:
     del max_length  # An RNN's state does not grow with the output.
     return self.decoder.initial_carry(memory)
 
+  @matmul.with_model_dtype
   def decode_step(self, memory: Memory, tokens_B: jax.Array, carry: DecoderCarry):
     """One inference step (no dropout): (logits_BxV float32, attn_BxS, new carry)."""
     carry, (logits_BxV, attn_BxS) = self.decoder(carry, tokens_B, memory, train=False)
     return logits_BxV, attn_BxS, carry
 
+  @matmul.with_model_dtype
   def __call__(self, src_BxS: jax.Array, tgt_in_BxT: jax.Array, *, train: bool = False):
     memory = self.encode(src_BxS, train=train)
     carry = self.init_decode_carry(memory, tgt_in_BxT.shape[1])

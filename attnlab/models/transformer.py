@@ -175,7 +175,7 @@ class Transformer(nn.Module):
     c = self.config
     check_choice('model.transformer.norm', c.transformer.norm, NORMS)
     H, tc = c.hidden_size, c.transformer
-    self.dtype = jnp.dtype(c.dtype)
+    self.dtype = matmul.compute_dtype(c.dtype)
     self.positions_LxH = sinusoidal_positions(tc.max_length, H)
     # std H^-1/2, so that the sqrt(H)-scaled embeddings have unit scale like the positions.
     embed = functools.partial(
@@ -211,6 +211,7 @@ class Transformer(nn.Module):
     x_BxTxH = x_BxTxH + positions_BxTxH.astype(self.dtype)
     return self.embed_dropout(x_BxTxH, deterministic=deterministic)
 
+  @matmul.with_model_dtype
   def encode(self, src_BxS, *, train: bool = False) -> Memory:
     B, S = src_BxS.shape
     self._check_length(S, 'source')
@@ -234,6 +235,7 @@ class Transformer(nn.Module):
       x_BxTxH = self.dec_final_ln(x_BxTxH)
     return self.logits_dense(x_BxTxH).astype(jnp.float32)
 
+  @matmul.with_model_dtype
   def __call__(self, src_BxS, tgt_in_BxT, *, train: bool = False):
     T = tgt_in_BxT.shape[1]
     self._check_length(T, 'target')
@@ -249,6 +251,7 @@ class Transformer(nn.Module):
     self.sow('intermediates', 'cross_attention', weights_BxTxS)
     return self._logits(x_BxTxH)
 
+  @matmul.with_model_dtype
   def init_decode_carry(self, memory: Memory, max_length: int) -> Carry:
     self._check_length(max_length, 'decode')
     B = memory['enc_BxSxH'].shape[0]
@@ -261,6 +264,7 @@ class Transformer(nn.Module):
       'pos_B': jnp.zeros((B,), jnp.int32),
     }
 
+  @matmul.with_model_dtype
   def decode_step(self, memory: Memory, tokens_B, carry: Carry):
     pos_B = carry['pos_B']
     positions_Bx1xH = jnp.take(jnp.asarray(self.positions_LxH), pos_B, axis=0)[:, None, :]
