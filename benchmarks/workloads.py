@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import dataclasses
 
+import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
 from attnlab import config as config_lib
 from attnlab.data import batching
 from attnlab.data.pipeline import padded_length
-from attnlab.models import EOS_ID, NUM_SPECIAL_TOKENS, PAD_ID
+from attnlab.models import EOS_ID, NUM_SPECIAL_TOKENS, PAD_ID, matmul
 from configs import base
 
 SOURCE_VOCAB, TARGET_VOCAB = 30, 45
@@ -55,7 +56,7 @@ class Workload:
   @property
   def matmul_dtype(self) -> str:
     """The operand dtype of its weight matmuls: the peak its MFU is measured against."""
-    return 'float32' if self.dtype == 'float32' else 'bfloat16'
+    return jnp.dtype(matmul.MODEL_DTYPES[self.dtype][1]).name
 
   def value(self, key: str):
     return dict(self.overrides)[key]
