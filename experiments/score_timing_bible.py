@@ -2,7 +2,9 @@
 experiments/score_timing.py (Luong et al. 2015, Table 4) on real translation, ranked by test
 BLEU, every trial tested on its best eval checkpoint. Half-width models
 (experiments/sizes.py BIBLE_SMALL) and 2 seeds, as a trial is over 30 min on one core.
-9 variants x 2 seeds = 18 trials.
+9 variants x 2 seeds = 18 trials, 4 of them the bottleneck's attentional Bible trials (Bahdanau
+concat; Luong general + input feeding): the sweep copies those from results/bottleneck once
+they finished there (attnlab/sweeps/shared.py).
 
 COMMAND: python -m attnlab.sweep experiments/score_timing_bible.py --parallel=2 \
   --workdir=runs/score_timing_bible --archive=results/score_timing_bible

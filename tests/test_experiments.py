@@ -6,12 +6,13 @@ as the in-process check, and every variant must run the same seeds (paired compa
 """
 
 import glob
+import json
 import os
 
 import pytest
 from conftest import parse_command_line
 
-from attnlab.sweeps import trials
+from attnlab.sweeps import shared, trials
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Experiment files define sweep(add); experiments/sizes.py holds the sizes they share.
@@ -66,3 +67,36 @@ def test_variants_share_seeds(experiment):
 def test_docstring_gives_the_command(experiment):
   module_doc = open(os.path.join(REPO, experiment.path)).read().split('"""')[1]
   assert f'python -m attnlab.sweep {experiment.path}' in module_doc
+
+
+def _config_keys(name: str) -> dict[str, str]:
+  """trial name -> shared.config_key of its resolved config, for experiments/NAME.py."""
+  experiment = trials.load_experiment(f'experiments/{name}.py')
+  configs, _ = trials.check_trials(experiment.trials)
+  return {n: shared.config_key(c.to_dict()) for n, c in configs.items()}
+
+
+def test_overlapping_trials_have_equal_configs_so_sweeps_share_them(monkeypatch):
+  """The cells the ablations have in common are the same configs (attnlab/sweeps/shared.py
+  copies them instead of training them twice), and the local windows' D is the paper's."""
+  monkeypatch.chdir(REPO)
+  bottleneck, grid_bible = _config_keys('bottleneck'), _config_keys('score_timing_bible')
+  grid_g2p, local_global = _config_keys('score_timing'), _config_keys('local_global')
+  for seed in (0, 1):
+    for cell in ('timing=bahdanau,score=concat,input_feeding=False',
+                 'timing=luong,score=general,input_feeding=True'):
+      timing, score, feeding = cell.split(',')
+      assert bottleneck[f'bible,{cell},seed={seed}'] == grid_bible[
+        f'bible,{score},{timing},{feeding},seed={seed}']
+    assert local_global[f'bible,window=global,seed={seed}'] == bottleneck[
+      f'bible,timing=luong,score=general,input_feeding=True,seed={seed}']
+  for seed in (0, 1, 2):
+    assert local_global[f'g2p,window=global,seed={seed}'] == grid_g2p[
+      f'g2p,score=general,timing=luong,input_feeding=True,seed={seed}']
+  radius = {
+    (name.split(',')[0], window): json.loads(key)['model.attention.window_radius']
+    for name, key in local_global.items()
+    for window in ('local_m', 'local_p') if f'window={window}' in name
+  }
+  assert radius == {('bible', 'local_m'): 10, ('bible', 'local_p'): 10,
+                    ('g2p', 'local_m'): 3, ('g2p', 'local_p'): 3}

@@ -327,3 +327,18 @@ def test_pooled_table_averages_each_setting_over_the_others():
   assert lines[3] == '| setting | trials | wer |'
   # One swept setting: the pooled table would repeat the main table.
   assert report.marginal_table([v for v in variants if 'dot' in v.label], 'wer') == []
+
+
+def test_compute_line_names_the_trials_copied_from_another_experiment(tmp_path):
+  root = make_sweep(str(tmp_path))
+  for seed in (0, 1):
+    path = os.path.join(root, _name('luong', seed), 'sweep_status.json')
+    with open(path) as f:
+      status = json.load(f)
+    status['copied_from'] = f'bottleneck/bible,timing=luong,seed={seed}'
+    _write(path, json.dumps(status))
+  with open(report.write_report(root)) as f:
+    text = f.read()
+  assert ('Compute: 5 finished trial(s), 6m20s of trial wall time, 3m30s of CPU time (1m10s per '
+          'trial; 3 of them recorded it); 2 of them trained once for another experiment '
+          '(bottleneck: the same config) and copied, their compute counted in both.') in text

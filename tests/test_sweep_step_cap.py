@@ -26,7 +26,7 @@ def _ran(directory, cap: int, *, stopped_early: bool | None, checkpoints=(), see
   """A trial directory as a run under `cap` left it: finished (stopped early or at the cap) when
   `stopped_early` is not None, else interrupted."""
   trial = _trial(cap, seed)
-  status = {**trial_dirs._identity(trial), 'status': 'interrupted', 'attempts': 1}
+  status = {**trial_dirs.identity(trial), 'status': 'interrupted', 'attempts': 1}
   if stopped_early is not None:
     status['status'] = 'finished'
     trained = cap - 2 if stopped_early else cap

@@ -50,6 +50,7 @@ from attnlab.reporting.sweep_results import (
 )
 from attnlab.sweeps import runner as sweep_runner
 from attnlab.sweeps import trials as trials_lib
+from attnlab.sweeps.shared import COPIED_FROM
 
 EXTRA_METRICS = ('per', 'wer', 'bleu', 'chrf')  # shown when a task reports them
 ATTENTION_METRICS = ('attention_entropy', 'alignment_error_rate')
@@ -163,6 +164,12 @@ def compute_line(variants: list[Variant]) -> str:
     line += f', {sweep_runner.duration(sum(cpus))} of CPU time'
     line += f' ({sweep_runner.duration(float(np.mean(cpus)))} per trial'
     line += f'; {len(cpus)} of them recorded it)' if len(cpus) < finished else ')'
+  copied = sorted({r.status[COPIED_FROM].split('/')[0] for v in variants for r in v.finished
+                   if r.status.get(COPIED_FROM)})
+  if copied:
+    count = sum(bool(r.status.get(COPIED_FROM)) for v in variants for r in v.finished)
+    line += (f'; {count} of them trained once for another experiment ({", ".join(copied)}: '
+             'the same config) and copied, their compute counted in both')
   return line + '. Wall/trial and CPU/trial below are means over finished seeds.'
 
 

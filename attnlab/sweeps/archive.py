@@ -42,7 +42,7 @@ LEFT_OUT = (
 )
 
 
-def _replace_tree(source: str, target: str) -> None:
+def replace_tree(source: str, target: str) -> None:
   """Copies `source` to `target` (without LEFT_OUT) through a temporary sibling, so that an
   interrupted copy never leaves a half-written trial that looks finished."""
 
@@ -65,7 +65,7 @@ def archive_trial(workdir: str, archive: str, trial: Trial) -> str:
   """Copies the finished trial WORKDIR/NAME to ARCHIVE/NAME; returns the archived path."""
   os.makedirs(archive, exist_ok=True)
   target = trial_dirs.trial_dir(archive, trial)
-  _replace_tree(trial_dirs.trial_dir(workdir, trial), target)
+  replace_tree(trial_dirs.trial_dir(workdir, trial), target)
   return target
 
 
@@ -97,7 +97,7 @@ def sync(
         outdated.append(trial.name)
         continue
       os.makedirs(workdir, exist_ok=True)
-      _replace_tree(kept, local)
+      replace_tree(kept, local)
       restored.append(trial.name)
     elif local_done and not kept_done:
       archive_trial(workdir, archive, trial)

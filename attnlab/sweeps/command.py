@@ -14,7 +14,9 @@ report is written (`python -m attnlab.report DIR`; skip with --noreport).
 --archive=ARCHIVE keeps a copy of each finished trial without its checkpoints in ARCHIVE/NAME
 (attnlab/sweeps/archive.py): a sweep longer than one machine's life goes on elsewhere from the
 archive (commit it, or copy it to lasting storage), restoring its finished trials into
---workdir instead of training them again. The report is written into ARCHIVE too.
+--workdir instead of training them again. The report is written into ARCHIVE too. A trial that
+another experiment's archive beside ARCHIVE holds finished under the same resolved config is
+copied from there, not trained again (attnlab/sweeps/shared.py; --noshare trains it anyway).
 
 --backend=slurm writes DIR/slurm_commands.txt, one line per unfinished trial (each runs this
 module with --trial=NAME), and prints the `sbatch` command of launch/slurm_sweep.sh that runs
@@ -35,6 +37,7 @@ from absl import app, flags
 from attnlab import cli
 from attnlab.sweeps import archive as archive_lib
 from attnlab.sweeps import runner as sweep_runner
+from attnlab.sweeps import shared as shared_lib
 from attnlab.sweeps import trial_dirs
 from attnlab.sweeps import trials as trials_lib
 from attnlab.sweeps.trials import SweepError
@@ -50,6 +53,10 @@ _SBATCH_ARGS = flags.DEFINE_string('sbatch_args', '', 'slurm: extra sbatch optio
 _ARCHIVE = flags.DEFINE_string(
   'archive', None, 'Keep each finished trial, without checkpoints, in this folder; restore the '
   'trials finished there (attnlab/sweeps/archive.py).'
+)
+_SHARE = flags.DEFINE_bool(
+  'share', True, 'With --archive: copy the trials that another archive beside it holds finished '
+  'under the same config instead of training them (attnlab/sweeps/shared.py).'
 )
 _TRIAL = flags.DEFINE_string('trial', None, 'Run only this trial (name); used by slurm tasks.')
 _REPORT = flags.DEFINE_bool('report', True, 'Write the report when the trials are done.')
@@ -130,6 +137,19 @@ def raise_step_caps(trials, dirs, states, workdir, archive, out=None) -> None:
     _print(f'[cap] {trial.name}: {trial_dirs.STEP_CAP} {old_cap} -> {new_cap}; {how}', out)
 
 
+def copy_shared_trials(trials, configs, dirs, states, workdir, archive, out=None) -> None:
+  """Copies the unfinished trials another experiment's archive holds finished under the same
+  config (shared.copy_shared); a trial running in another process is left alone."""
+  pending = [
+    t for t in trials
+    if states[t.name] != 'finished' and trial_dirs.running_elsewhere(dirs[t.name]) is None
+  ]
+  for name, origin in shared_lib.copy_shared(pending, configs, workdir, archive).items():
+    states[name] = 'finished'
+    _print(f'[shared] {name}: finished as {origin} under the same config; copied, not '
+           'trained again', out)
+
+
 def run_sweep(
   experiment_path: str,
   workdir: str,
@@ -141,6 +161,7 @@ def run_sweep(
   sbatch_args: str = '',
   only: str | None = None,
   archive: str | None = None,
+  share: bool = True,
   report: bool = True,
   progress_every: float = 30.0,
   out=None,
@@ -174,6 +195,8 @@ def run_sweep(
              f'{len(archived)} archived'
              + (f', {len(outdated)} ran to a lower step cap (trained on)' if outdated else ''),
              out)
+    if share:
+      copy_shared_trials(valid, configs, dirs, states, workdir, archive, out)
   raise_step_caps(valid, dirs, states, workdir, archive, out)
   todo = [t for t in trials if states[t.name] != 'finished' and t.name not in errors]
   skipped = sum(state == 'finished' for state in states.values())
@@ -252,6 +275,7 @@ def main(argv):
       sbatch_args=_SBATCH_ARGS.value,
       only=_TRIAL.value,
       archive=_ARCHIVE.value,
+      share=_SHARE.value,
       report=_REPORT.value,
       progress_every=_PROGRESS_EVERY.value,
     )

@@ -31,7 +31,7 @@ from attnlab.sweeps import archive as archive_lib
 from attnlab.sweeps.trial_dirs import (
   FINAL_FILE,
   LOG_FILE,
-  _identity,
+  identity,
   read_status,
   resume_args,
   running_elsewhere,
@@ -143,7 +143,7 @@ class LocalRunner:
     directory = trial_dir(self.workdir, trial)
     status = {
       **read_status(directory),
-      **_identity(trial),
+      **identity(trial),
       'status': 'failed',
       'returncode': None,
       'error': error,
@@ -216,7 +216,7 @@ class LocalRunner:
       directory,
       {
         **status,
-        **_identity(trial),
+        **identity(trial),
         'status': 'running',
         'attempts': attempt,
         'command': command,

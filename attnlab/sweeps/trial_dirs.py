@@ -59,7 +59,7 @@ def running_elsewhere(directory: str) -> int | None:
   return pid
 
 
-def _identity(trial: Trial) -> dict:
+def identity(trial: Trial) -> dict:
   # JSON round trip: tuples read back as lists, so compare the stored form.
   return json.loads(json.dumps({'config': trial.config, 'overrides': trial.all_overrides()}))
 
@@ -90,7 +90,7 @@ def check_same_trial(directory: str, trial: Trial) -> int | None:
   runs that stop on their own) is accepted too: the old cap is returned, and
   `raise_step_cap` brings the directory to the new one. Otherwise returns None."""
   status = read_status(directory)
-  now = _identity(trial)
+  now = identity(trial)
   if not status or {k: status.get(k) for k in now} == now:
     return None
   saved = _saved_settings(directory)
@@ -152,7 +152,7 @@ def raise_step_cap(directory: str, trial: Trial, old_cap: int) -> str:
   final_metrics.cap<OLD>.json. One without checkpoints to resume from is refused."""
   check_step_cap_raisable(directory, trial, old_cap)
   finished = trial_state(directory) == 'finished'
-  status = {**read_status(directory), **_identity(trial), 'step_cap_raised_from': old_cap}
+  status = {**read_status(directory), **identity(trial), 'step_cap_raised_from': old_cap}
   if finished and stopped_early(directory):
     write_status(directory, status)
     return 'kept'
