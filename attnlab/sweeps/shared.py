@@ -55,12 +55,9 @@ def donors(archive: str) -> dict[str, str]:
   if not os.path.isdir(root):
     return found
   for directory in _finished_trials(root, archive):
-    try:
-      with open(os.path.join(directory, workdir_lib.CONFIG_FILE), encoding='utf-8') as f:
-        key = config_key(json.load(f))
-    except (OSError, ValueError):
-      continue
-    found.setdefault(key, directory)
+    settings = trial_dirs.saved_settings(directory)  # flat already: config_key keeps it
+    if settings:
+      found.setdefault(config_key(settings), directory)
   return found
 
 

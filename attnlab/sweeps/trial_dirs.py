@@ -71,7 +71,7 @@ def _shown(overrides: dict, key: str) -> str:
   return repr(overrides[key]) if key in overrides else '(unset)'
 
 
-def _saved_settings(directory: str) -> dict:
+def saved_settings(directory: str) -> dict:
   """Dotted key -> value of the trial run's config.json ({} when it has none or it is broken:
   then nothing counts as unchanged)."""
   try:
@@ -93,7 +93,7 @@ def check_same_trial(directory: str, trial: Trial) -> int | None:
   now = identity(trial)
   if not status or {k: status.get(k) for k in now} == now:
     return None
-  saved = _saved_settings(directory)
+  saved = saved_settings(directory)
   changes, described = {}, []
   config_changed = status.get('config') != now['config']
   if config_changed:
@@ -167,7 +167,7 @@ def raise_step_cap(directory: str, trial: Trial, old_cap: int) -> str:
 def resume_args(directory: str, trial: Trial) -> list[str]:
   """The flags `attnlab.main` needs to resume the run in `directory` as `trial`: accepting a
   raised step cap against the run's config.json."""
-  saved = _saved_settings(directory).get(STEP_CAP)
+  saved = saved_settings(directory).get(STEP_CAP)
   wanted = trial.all_overrides().get(STEP_CAP)
   if isinstance(saved, int) and isinstance(wanted, int) and wanted > saved:
     return [f'--allow_config_change={STEP_CAP}']
