@@ -13,6 +13,7 @@ import functools
 import importlib.util
 import os
 import sys
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -20,6 +21,11 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
+
+try:  # where jax.pmap keeps its per-function programs (see _pmap)
+  from jax._src import pmap as _jax_pmap
+except ImportError:
+  _jax_pmap = None
 
 AXIS = 'data'
 
@@ -59,6 +65,25 @@ def tune_host_allocator() -> bool:
     return False
   settings = ((_M_ARENA_MAX, 1), (_M_MMAP_THRESHOLD, 1 << 30), (_M_TRIM_THRESHOLD, 2**31 - 1))
   return all(libc.mallopt(param, value) == 1 for param, value in settings)
+
+
+def _pmap(fn: Callable, **kwargs) -> Callable:
+  """`jax.pmap(fn, **kwargs)` whose compiled programs go when the returned function goes.
+
+  JAX 0.10 runs pmap as a jitted shard_map cached per function (`_cached_shard_map`, weakly
+  keyed on `fn`), but the cached value refers to `fn`, so the entry and every executable
+  compiled for it live as long as the process. XLA:CPU maps each executable's code in hundreds
+  of memory mappings: a process that trains or evaluates run after run (a notebook, the test
+  suite; ~1,000 mappings per smoke run) reaches Linux's vm.max_map_count (65,530), and the next
+  compilation or compilation-cache (de)serialisation dies in native code. Evicting the entry when
+  the caller drops the pmapped function hands the mappings back. Without the private hook (a
+  JAX that moved it) this is plain jax.pmap; tests/test_parallel.py notices.
+  """
+  pmapped = jax.pmap(fn, **kwargs)
+  evict = getattr(getattr(_jax_pmap, '_cached_shard_map', None), 'evict_function', None)
+  if evict is not None:
+    weakref.finalize(pmapped, evict, fn)
+  return pmapped
 
 
 class DataParallel:
@@ -129,8 +154,8 @@ class DataParallel:
     """step_fn(state, batch, key, *, axis_name) -> (state, sums); state buffers donated."""
     fn = functools.partial(step_fn, axis_name=AXIS)
     if self.mode == 'pmap':
-      return jax.pmap(fn, axis_name=AXIS, in_axes=(0, 0, None), donate_argnums=(0,),
-                      devices=self._pmap_devices)
+      return _pmap(fn, axis_name=AXIS, in_axes=(0, 0, None), donate_argnums=(0,),
+                   devices=self._pmap_devices)
     # check_vma=False: the models' zero initial scan carries are device-invariant while the
     # carries they produce vary per device; outputs are replicated by the psum in the step.
     mapped = jax.shard_map(fn, mesh=self.mesh, in_specs=(P(), P(AXIS), P()),
@@ -141,7 +166,7 @@ class DataParallel:
     """step_fn(params, batch, *, axis_name) -> sums."""
     fn = functools.partial(step_fn, axis_name=AXIS)
     if self.mode == 'pmap':
-      return jax.pmap(fn, axis_name=AXIS, devices=self._pmap_devices)
+      return _pmap(fn, axis_name=AXIS, devices=self._pmap_devices)
     return jax.jit(jax.shard_map(fn, mesh=self.mesh, in_specs=(P(), P(AXIS)), out_specs=P(),
                                  check_vma=False))
 

@@ -1,6 +1,10 @@
 """Data parallelism: pmap and jit(shard_map) over 8 devices train exactly like one device."""
 
+import gc
+import weakref
+
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
@@ -56,6 +60,41 @@ def test_eight_devices_equal_one_device(kind):
     for (path, a), b in zip(flat_ref, jax.tree.leaves(params), strict=True):
       np.testing.assert_allclose(b, a, rtol=2e-5, atol=2e-6,
                                  err_msg=f'{mode} {jax.tree_util.keystr(path)}')
+
+
+@pytest.mark.parametrize('mode', ['pmap', 'shard_map'])
+def test_a_dropped_step_lets_go_of_its_compiled_programs(mode):
+  # JAX keeps a pmapped function's programs for as long as the function lives; one that stayed
+  # after the caller dropped it would hold its executables' memory mappings for the process's
+  # life (attnlab.parallel._pmap says why that kills long processes).
+  def sum_step(scale, batch, *, axis_name):
+    return {'sum': jax.lax.psum(jnp.sum(batch['x']) * scale, axis_name)}
+
+  alive = weakref.ref(sum_step)
+  parallel = DataParallel(mode, devices=jax.devices()[:2])
+  step = parallel.compile_eval_step(sum_step)
+  sums = step(parallel.replicate(np.float32(0.5)), parallel.shard_batch({'x': np.ones((4, 3))}))
+  assert parallel.fetch_sums([sums]) == {'sum': 6.0}
+  del step, sum_step
+  gc.collect()
+  assert alive() is None
+
+
+def test_a_finished_run_leaves_no_compiled_step_alive(tmp_path, monkeypatch):
+  """Train, evaluate and test in one process, as a notebook would: afterwards none of the
+  functions the run handed to jax.pmap (and so none of its programs) is still alive."""
+  handed_to_pmap = []
+  pmap = jax.pmap
+
+  def recording_pmap(fn, **kwargs):
+    handed_to_pmap.append(weakref.ref(fn))
+    return pmap(fn, **kwargs)
+
+  monkeypatch.setattr(jax, 'pmap', recording_pmap)
+  train.train_and_evaluate(reverse.get_config('smoke'), str(tmp_path / 'run'))
+  gc.collect()
+  assert len(handed_to_pmap) >= 2  # the train step and the eval step at least
+  assert [ref for ref in handed_to_pmap if ref() is not None] == []
 
 
 def test_batch_not_divisible_by_devices_is_rejected():
