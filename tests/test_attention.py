@@ -236,7 +236,9 @@ def test_mha_equals_jax_dot_product_attention_on_projected_qkv():
   mask = attention.combine_masks(attention.padding_mask(None, _key_valid()))
   q = mha.apply(variables, x, method=lambda m, x: m.query(x))
   k, v = mha.apply(variables, y, method='project_kv')
-  context = jax.nn.dot_product_attention(q, k, v, mask=mask)
+  assert k.shape == v.shape == (B, N, S, H // N)  # heads-major
+  seq_major = lambda a: a.transpose(0, 2, 1, 3)  # jax.nn.dot_product_attention's BxSxNxD
+  context = jax.nn.dot_product_attention(q, seq_major(k), seq_major(v), mask=mask)
   want = mha.apply(variables, context, method=lambda m, c: m.out(c))
   np.testing.assert_allclose(mha.apply(variables, x, y, mask), want, rtol=1e-5, atol=1e-5)
 
@@ -245,7 +247,7 @@ def test_one_head_equals_the_single_head_path():
   mha, variables, x, y = _mha(num_heads=1)
   mask = attention.padding_mask(None, _key_valid())
   q = mha.apply(variables, x, method=lambda m, x: m.query(x))[:, :, 0, :]
-  k, v = (a[:, :, 0, :] for a in mha.apply(variables, y, method='project_kv'))
+  k, v = (a[:, 0] for a in mha.apply(variables, y, method='project_kv'))
   score = scoring.make_score('scaled_dot', hidden_size=H)
   context_BxTxH, _ = attention.attend(score.apply({}, q, k), mask[:, 0], v)
   want = mha.apply(variables, context_BxTxH[:, :, None, :], method=lambda m, c: m.out(c))

@@ -91,7 +91,7 @@ class DecoderCell(nn.Module):
     """Keys and values every step attends over, computed once per source sequence.
 
     Single head: keys = score.project_keys(enc), values = enc. Multi-head: the per-head
-    projections (k_BxSxNxD, v_BxSxNxD). No attention: keys = values = enc (unread).
+    projections, heads-major (k_BxNxSxD, v_BxNxSxD). No attention: keys = values = enc (unread).
     """
     if self.multi_head:
       keys, values = self.mha.project_kv(enc_BxSxH)
@@ -117,9 +117,9 @@ class DecoderCell(nn.Module):
     mask_BxS = memory['mask']
     if self.multi_head:
       mask_Bx1x1xS = mask_BxS[:, None, None, :]
-      k_BxSxNxD, v_BxSxNxD = memory['keys'], memory['values']
+      k_BxNxSxD, v_BxNxSxD = memory['keys'], memory['values']
       context_Bx1xH, weights_BxNx1xS = self.mha.attend_projected(
-        q_Bx1xH, k_BxSxNxD, v_BxSxNxD, mask_Bx1x1xS, deterministic=not train, return_weights=True
+        q_Bx1xH, k_BxNxSxD, v_BxNxSxD, mask_Bx1x1xS, deterministic=not train, return_weights=True
       )
       weights_Bx1xS = jnp.mean(weights_BxNx1xS, axis=1)
     else:

@@ -145,19 +145,21 @@ class DecoderLayer(_Block):
     return self._cross_and_ffn(x_BxTxH, cross_kv, cross_mask, deterministic, with_weights)
 
   def step(self, x_Bx1xH, cache, pos_B, cross_kv, cross_mask, *, with_weights: bool = False):
-    """One position per row: writes its K/V at pos_B into the cache, attends over <= pos_B."""
-    cache_k_BxLxNxD, cache_v_BxLxNxD = cache
-    at_pos_BxL = jnp.arange(cache_k_BxLxNxD.shape[1])[None, :] == pos_B[:, None]
-    write_BxLx1x1 = at_pos_BxL[:, :, None, None]
+    """One position per row: writes its K/V at pos_B into the (heads-major) cache, attends
+    over <= pos_B."""
+    cache_k_BxNxLxD, cache_v_BxNxLxD = cache
+    L = cache_k_BxNxLxD.shape[2]
+    at_pos_BxL = jnp.arange(L)[None, :] == pos_B[:, None]
+    write_Bx1xLx1 = at_pos_BxL[:, None, :, None]
     new_cache = []
 
     def attend(y_Bx1xH):
-      k_Bx1xNxD, v_Bx1xNxD = self.self_attn.project_kv(y_Bx1xH)
-      k_BxLxNxD = jnp.where(write_BxLx1x1, k_Bx1xNxD, cache_k_BxLxNxD)
-      v_BxLxNxD = jnp.where(write_BxLx1x1, v_Bx1xNxD, cache_v_BxLxNxD)
-      new_cache.append((k_BxLxNxD, v_BxLxNxD))
-      seen_Bx1x1xL = (jnp.arange(k_BxLxNxD.shape[1])[None, :] <= pos_B[:, None])[:, None, None, :]
-      return self.self_attn.attend_projected(y_Bx1xH, k_BxLxNxD, v_BxLxNxD, seen_Bx1x1xL)
+      k_BxNx1xD, v_BxNx1xD = self.self_attn.project_kv(y_Bx1xH)
+      k_BxNxLxD = jnp.where(write_Bx1xLx1, k_BxNx1xD, cache_k_BxNxLxD)
+      v_BxNxLxD = jnp.where(write_Bx1xLx1, v_BxNx1xD, cache_v_BxNxLxD)
+      new_cache.append((k_BxNxLxD, v_BxNxLxD))
+      seen_Bx1x1xL = (jnp.arange(L)[None, :] <= pos_B[:, None])[:, None, None, :]
+      return self.self_attn.attend_projected(y_Bx1xH, k_BxNxLxD, v_BxNxLxD, seen_Bx1x1xL)
 
     x_Bx1xH = self._residual(x_Bx1xH, attend, self.ln_self, True)
     x_Bx1xH, weights = self._cross_and_ffn(x_Bx1xH, cross_kv, cross_mask, True, with_weights)
@@ -257,7 +259,7 @@ class Transformer(nn.Module):
     B = memory['enc_BxSxH'].shape[0]
     c = self.config
     N = c.transformer.num_heads
-    zeros = jnp.zeros((B, max_length, N, c.hidden_size // N), self.dtype)
+    zeros = jnp.zeros((B, N, max_length, c.hidden_size // N), self.dtype)  # heads-major
     return {
       'k': tuple(zeros for _ in self.decoder_layers),
       'v': tuple(zeros for _ in self.decoder_layers),
