@@ -199,7 +199,21 @@ def test_eval_batches_max_examples():
     )
   )
   indices = np.concatenate([b['index'] for b in batches]).tolist()
-  assert indices == [0, 1, 2, 3, 4, -1, -1, -1]
+  assert sorted(indices[:5]) == [0, 1, 2, 3, 4] and indices[5:] == [-1, -1, -1]
+
+
+def test_eval_batches_group_similar_lengths():
+  """Rows come in order of source length, then target length, then index, so each batch is
+  padded (and decoded) to lengths near its own rows'; the order is the data's, not random."""
+  source = list_source(num=10)
+  batches = list(eval_batches_from_source(source, VOCAB, VOCAB, 4, bucket_size=BUCKET))
+  indices = [int(i) for b in batches for i in b['index'] if i >= 0]
+  key = lambda i: (len(source[i]['source']), len(source[i]['target']), i)
+  assert indices == sorted(range(10), key=key)
+  assert len({len(source[i]['source']) for i in range(10)}) > 1  # the order is not trivial
+  assert indices != list(range(10))
+  widths = [b['source'].shape[1] for b in batches]
+  assert widths == sorted(widths)
 
 
 def test_train_batches_from_config_on_a_synthetic_task():
