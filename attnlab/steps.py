@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import optax
 from flax.training import train_state
 
+from attnlab import losses
 from attnlab.models import BOS_ID, PAD_ID
 
 
@@ -40,16 +41,9 @@ def token_sums(logits_BxTxV: jax.Array, target_BxT: jax.Array, row_weight_B=None
   weight_BxT = (target_BxT != PAD_ID).astype(jnp.float32)
   if row_weight_B is not None:
     weight_BxT = weight_BxT * row_weight_B[:, None].astype(jnp.float32)
-  vocab = logits_BxTxV.shape[-1]
-  logp_BxTxV = jax.nn.log_softmax(logits_BxTxV)
-  nll_BxT = -jnp.take_along_axis(logp_BxTxV, target_BxT[..., None], axis=-1)[..., 0]
-  if label_smoothing > 0.0:
-    # Smoothed target: 1 - ls on the gold token, ls spread over the other V - 1 tokens.
-    off = label_smoothing / (vocab - 1)
-    objective_BxT = (1.0 - label_smoothing - off) * nll_BxT - off * jnp.sum(logp_BxTxV, -1)
-  else:
-    objective_BxT = nll_BxT
-  correct_BxT = (jnp.argmax(logits_BxTxV, axis=-1) == target_BxT).astype(jnp.float32)
+  objective_BxT, nll_BxT, correct_BxT = losses.token_cross_entropy(
+    logits_BxTxV, target_BxT, label_smoothing
+  )
   row_has_tokens_B = jnp.sum(weight_BxT, axis=1) > 0
   row_correct_B = jnp.all((correct_BxT > 0) | (weight_BxT == 0), axis=1) & row_has_tokens_B
   return {
