@@ -102,3 +102,27 @@ def fake_python(tmp_path):
   path.write_text(FAKE_MAIN.format(python=sys.executable))
   path.chmod(0o755)
   return str(path)
+
+
+def memory_mappings() -> tuple[int, int]:
+  """(this process's memory mappings, the kernel's vm.max_map_count); (0, 0) off Linux."""
+  try:
+    with open('/proc/self/maps') as maps, open('/proc/sys/vm/max_map_count') as limit:
+      return sum(1 for _ in maps), int(limit.read())
+  except OSError:
+    return 0, 0
+
+
+@pytest.fixture(autouse=True, scope='module')
+def _compiled_programs_do_not_pile_up():
+  """After each test module: the session's memory mappings stay well below the kernel's limit.
+
+  XLA:CPU maps every live executable's code in hundreds of mappings; a process at
+  vm.max_map_count dies in native code (a segfault in the next compilation or cache read), so a
+  leak of compiled programs (attnlab.parallel._pmap has the one found) fails here, by name.
+  """
+  yield
+  count, limit = memory_mappings()
+  if limit and count > 0.75 * limit:
+    pytest.fail(f'the test process holds {count:,} memory mappings (vm.max_map_count '
+                f'{limit:,}): compiled programs are being kept alive; XLA crashes at the limit')
