@@ -118,6 +118,24 @@ def test_early_stopping_is_convergence():
   assert coarse.reason == 'early stopping fired at step 6,000 (patience 3)'
 
 
+def test_an_early_stop_while_still_improving_is_named():
+  # The plateau floor stopped a slow learner: best-so-far sequence accuracy 0.40 at 6,000
+  # (the last evaluation at or before 0.75 x 8,000), 0.45 at 8,000: 5 points moved. By the
+  # issue's rule early stopping is convergence; the report says it was still moving.
+  curve = {2000: 0.2, 4000: 0.3, 6000: 0.40, 7000: 0.43, 8000: 0.45}
+  final = _final('sequence_accuracy', 8000, 8000, stopped_early=True, patience=3)
+  c = assess(final, _events('sequence_accuracy', curve))
+  assert c.verdict == EARLY_STOPPED and c.converged and c.stopped_while_moving
+  assert c.movement == pytest.approx(5.0)
+  assert c.reason.endswith('(steps 6,000-8,000): stopped while still moving')
+  assert convergence.trial_row('v', 0, c)[-1] == 'early stopped (still moving: 5.00 points)'
+  # 0.29 points is flat: no mention.
+  flat = {2000: 0.2, 4000: 0.3, 6000: 0.40, 8000: 0.4029}
+  c = assess(final, _events('sequence_accuracy', flat))
+  assert not c.stopped_while_moving and not c.reason.endswith('still moving')
+  assert convergence.trial_row('v', 0, c)[-1] == 'early stopped'
+
+
 def test_too_few_evaluations_in_the_last_quarter_is_undecided():
   # Evaluations at 5,000 and 10,000: only one lies in [7,500, 10,000].
   c = assess(_final('wer', 10000, 10000), _events('wer', {5000: 0.4, 10000: 0.3}))

@@ -74,6 +74,13 @@ class Convergence:
     return self.verdict in (EARLY_STOPPED, CONVERGED)
 
   @property
+  def stopped_while_moving(self) -> bool:
+    """Early stopping fired (converged by the rule) although the dev metric still moved at
+    least CONVERGENCE_POINTS over the last quarter: e.g. the plateau schedule's learning-rate
+    floor ended a run that was improving slowly. Its test numbers are a lower bound."""
+    return self.verdict == EARLY_STOPPED and (self.movement or 0.0) >= CONVERGENCE_POINTS
+
+  @property
   def tested_on_best(self) -> bool:
     """Whether the test metrics come from the selected (best dev) checkpoint."""
     return self.selected_step is not None and self.tested_step == self.selected_step
@@ -155,6 +162,8 @@ def assess(final: dict | None, events: Iterable[dict]) -> Convergence:
   )
   if early:
     verdict, why = EARLY_STOPPED, f'{stop}; {span}'
+    if movement >= CONVERGENCE_POINTS:
+      why += ': stopped while still moving'
   elif movement < CONVERGENCE_POINTS:
     verdict, why = CONVERGED, span
   else:
@@ -219,6 +228,8 @@ def trial_row(label: str, seed, c: Convergence) -> list[str]:
   if c.movement is not None:
     moved = f'{c.movement:.2f} ({c.window[0]:,}-{c.window[1]:,})'
   verdict = c.verdict if c.verdict != UNDECIDED else f'{UNDECIDED}: {c.reason}'
+  if c.stopped_while_moving:
+    verdict += f' (still moving: {c.movement:.2f} points)'
   return [
     label,
     '–' if seed is None else str(seed),
