@@ -97,6 +97,20 @@ class AttentionConfig:
   max_source_length: int
   concat_bias: bool
 
+  @property
+  def attends(self) -> bool:
+    """Whether the decoder computes attention weights (timing bahdanau or luong; none and
+    fixed read the source without them)."""
+    from attnlab.models import decoder
+
+    return self.timing in decoder.ATTENDING_TIMINGS
+
+  def describe_no_attention(self) -> str:
+    """How a decoder without attention reads the source, in a few words (console, explorer)."""
+    if self.timing == 'fixed':
+      return 'no attention, a fixed context at every step (RNNencdec)'
+    return 'no attention'
+
   def validate(self, prefix: str = 'model.attention') -> None:
     choices = _model_registries()
     for key in ('score', 'timing', 'window'):
@@ -113,9 +127,9 @@ class AttentionConfig:
     if self.input_feeding and self.timing != 'luong':
       raise ConfigError(f'{prefix}.input_feeding=True feeds h~_(t-1) into a Luong decoder; with '
                         f'{prefix}.timing={self.timing!r} set {prefix}.input_feeding=False')
-    if self.timing == 'none' and (self.window != 'global' or self.num_heads > 1):
-      raise ConfigError(f'{prefix}.timing=none has no attention; leave {prefix}.window=global '
-                        f'and {prefix}.num_heads=1')
+    if not self.attends and (self.window != 'global' or self.num_heads > 1):
+      raise ConfigError(f'{prefix}.timing={self.timing} has no attention; leave '
+                        f'{prefix}.window=global and {prefix}.num_heads=1')
     if self.num_heads > 1 and self.window != 'global':
       raise ConfigError(f'{prefix}.num_heads={self.num_heads} supports {prefix}.window=global '
                         f'only (got {self.window!r})')

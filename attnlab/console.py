@@ -125,7 +125,7 @@ def start_summary(cfg, *, num_params: int, num_devices: int, workdir: str, log: 
   """Three or four lines: the task and model, the training plan, the run directory."""
   m = cfg.model
   if m.kind == 'rnn':
-    attention = ('no attention' if m.attention.timing == 'none' else
+    attention = (m.attention.describe_no_attention() if not m.attention.attends else
                  f'{m.attention.timing} attention, {m.attention.score} score, '
                  f'{m.attention.window} window')
     model = f'rnn {m.cell} {m.encoder_layers}+{m.decoder_layers} layers, {attention}'

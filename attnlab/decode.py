@@ -196,9 +196,10 @@ def _run(args) -> int:
   attention_dir = args.attention_dir
   if attention_dir:
     m = run.cfg.model
-    if m.kind == 'rnn' and m.attention.timing == 'none':
-      print('warning: this model has no attention (model.attention.timing=none); '
-            '--attention_dir writes nothing', file=sys.stderr)
+    if m.kind == 'rnn' and not m.attention.attends:
+      print('warning: this model has no attention '
+            f'(model.attention.timing={m.attention.timing}); --attention_dir writes nothing',
+            file=sys.stderr)
       attention_dir = None
     else:
       os.makedirs(attention_dir, exist_ok=True)

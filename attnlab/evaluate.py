@@ -189,7 +189,7 @@ class Evaluator:
            'num_examples': len(rows),
            'by_length': metrics.by_length_bucket(lengths, correct, edges)}
     out.update(self.task.decoded_metrics(split, rows))
-    if self.cfg.model.attention.timing != 'none' or self.cfg.model.kind == 'transformer':
+    if self.cfg.model.kind == 'transformer' or self.cfg.model.attention.attends:
       entropies = [metrics.attention_entropy(r['attention']) for r in rows]
       out['attention_entropy'] = float(np.mean(entropies)) if entropies else 0.0
       # Hard-alignment error of correctly decoded examples, where gold alignments exist.
@@ -232,7 +232,7 @@ class Evaluator:
         f.write(json.dumps(line, ensure_ascii=False) + '\n')
 
   def _write_heatmaps(self, split: str, step: int, rows: list[dict]) -> None:
-    if self.cfg.model.kind == 'rnn' and self.cfg.model.attention.timing == 'none':
+    if self.cfg.model.kind == 'rnn' and not self.cfg.model.attention.attends:
       return  # no attention to draw
     folder = os.path.join(self.workdir, 'attention')
     os.makedirs(folder, exist_ok=True)

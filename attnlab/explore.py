@@ -81,8 +81,8 @@ def describe_model(cfg) -> str:
             f'{m.transformer.num_heads} heads, H={m.hidden_size}')
   a = m.attention
   parts = [f'{m.cell.upper()} {m.encoder_layers}+{m.decoder_layers} layers, H={m.hidden_size}']
-  if a.timing == 'none':
-    return ', '.join(parts + ['no attention'])
+  if not a.attends:
+    return ', '.join(parts + [a.describe_no_attention()])
   parts.append(f'{a.timing} timing, {a.score} score')
   if a.input_feeding:
     parts.append('input feeding')
@@ -94,7 +94,7 @@ def describe_model(cfg) -> str:
 
 
 def has_attention(cfg) -> bool:
-  return cfg.model.kind == 'transformer' or cfg.model.attention.timing != 'none'
+  return cfg.model.kind == 'transformer' or cfg.model.attention.attends
 
 
 def search_settings(cfg, nbest: int) -> dict:

@@ -105,7 +105,7 @@ JS = """
     });
     pane.rows = pane.table.createTBody();
     pane.notice = make('p', 'notice', run.has_attention ? '' :
-                       'This model has no attention (model.attention.timing=none).');
+                       'This model has no attention (model.attention.timing=none or fixed).');
     pane.selectors = make('div', 'selectors');
     pane.layer = make('select', 'layer');
     pane.head = make('select', 'head');

@@ -73,7 +73,7 @@ def get_config() -> ml_collections.ConfigDict:
 
   c.model.attention = ml_collections.ConfigDict()
   c.model.attention.score = 'general'  # dot | scaled_dot | general | concat | location
-  c.model.attention.timing = 'luong'  # bahdanau (query s_{t-1}) | luong (query s_t) | none
+  c.model.attention.timing = 'luong'  # bahdanau (query s_{t-1}) | luong (query s_t) | none | fixed
   c.model.attention.input_feeding = True  # luong: feed h~_{t-1} into the RNN input
   c.model.attention.window = 'global'  # global | local_m | local_p (Luong 2015 local attention)
   c.model.attention.window_radius = 10  # D: local windows cover [p_t - D, p_t + D]

@@ -9,7 +9,7 @@ of them bytes). A bidirectional LSTM encoder (128 units per direction) and an LS
 variant is RNNsearch's additive score on s_{t-1}, 1.4x the step time), beam search 5.
 Scores: BLEU and chrF (sacrebleu) of detokenized output, and BLEU by source length in words,
 0-9 ... 50+ (`bleu_by_length`, Bahdanau et al. 2015, Fig. 2); the `encdec` variant is the
-no-attention baseline of that figure.
+no-attention baseline of that figure (RNNencdec, Cho et al. 2014).
 
 Setup: apt-get install sword-text-sparv sword-text-web (Debian; .ci/run does it), or modules
 from the CrossWire repository (see attnlab/data/bible.py).
@@ -23,7 +23,9 @@ fall with length, as RNNsearch in Bahdanau et al. 2015, Fig. 2.
 Variants (`configs/bible.py:NAME`):
   smoke     a tiny model for two steps (tests)
   bahdanau  RNNsearch's attention: `concat` score, `timing=bahdanau`, no input feeding
-  encdec    the same model without attention (RNNencdec: the decoder starts from the encoder)
+  encdec    the same model without attention, RNNencdec (Cho et al. 2014): a fixed summary of
+            the source, c = tanh(V h_N), enters every decoder step and the readout
+            (`timing=fixed`; `timing=none` gives Sutskever et al.'s: the initial state only)
   kjv       English target = King James Version (sword-text-kjv)
 """
 
@@ -74,7 +76,7 @@ def get_config(arg: str = ''):
     c.model.attention.timing = 'bahdanau'
     c.model.attention.input_feeding = False
   elif arg == 'encdec':
-    c.model.attention.timing = 'none'
+    c.model.attention.timing = 'fixed'
     c.model.attention.input_feeding = False
   elif arg == 'kjv':
     c.task.target_module = 'engKJV2006eb'

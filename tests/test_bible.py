@@ -143,7 +143,7 @@ def test_config_variants_parse_and_modules_must_differ():
   assert (cfg.task.name, cfg.task.source_module, cfg.task.target_module) == ('bible', SPA, WEB)
   assert (cfg.task.tokenizer, cfg.eval.search, cfg.model.bidirectional) == (
     'sentencepiece', 'beam', True)
-  assert config_lib.parse(bible_config.get_config('encdec')).model.attention.timing == 'none'
+  assert config_lib.parse(bible_config.get_config('encdec')).model.attention.timing == 'fixed'
   assert config_lib.parse(bible_config.get_config('kjv')).task.target_module == KJV
   c = bible_config.get_config()
   with c.unlocked():

@@ -26,7 +26,8 @@ TGT_IN = np.array([[1, 6, 7, 8], [1, 9, 10, 0], [1, 4, 0, 0]], np.int32)
 PAD_BxS = SRC == 0
 
 
-def make_config(cell='lstm', decoder_layers=1, dropout=0.0, dtype='float32', **attention):
+def make_config(cell='lstm', decoder_layers=1, dropout=0.0, dtype='float32', bridge='dense',
+                **attention):
   return model_config(
     hidden_size=H,
     embed_dim=E,
@@ -35,6 +36,7 @@ def make_config(cell='lstm', decoder_layers=1, dropout=0.0, dtype='float32', **a
     dropout=dropout,
     dtype=dtype,
     cell=cell,
+    bridge=bridge,
     attention=attention,
   )
 
@@ -113,6 +115,11 @@ def reference(config, params, memory, tokens_BxT):
   cell_step = lstm_step if config.cell == 'lstm' else gru_step
   hidden = lambda carry: carry[1] if config.cell == 'lstm' else carry
   states = list(memory['init_states'])
+  if att.timing == 'fixed':
+    # Cho et al. 2014: c = tanh(V h_N). The copy bridge hands the decoder the encoder's final
+    # state as is, so h_N is read from the initial state, not from the model's memory['context'].
+    assert config.bridge == 'copy' and config.encoder_layers == 1
+    c_fixed = np.tanh(hidden(states[0]) @ p['summary']['kernel'])
   h_tilde = np.zeros((tokens_BxT.shape[0], H))
   logits, weights = [], []
 
@@ -133,6 +140,9 @@ def reference(config, params, memory, tokens_BxT):
       x = np.concatenate([emb_BxE, h_tilde], axis=-1) if att.input_feeding else emb_BxE
       s = rnn(x)
       c, a = attend(score(att.score, p.get('score'), s, enc_BxSxH), valid_BxS, enc_BxSxH)
+    elif att.timing == 'fixed':  # the same c in every step's RNN input and readout
+      c, a = c_fixed, np.zeros(valid_BxS.shape)
+      s = rnn(np.concatenate([emb_BxE, c], axis=-1))
     else:
       s = rnn(emb_BxE)
       c, a = np.zeros((s.shape[0], 0)), np.zeros(valid_BxS.shape)
@@ -151,6 +161,9 @@ CASES = {
   'luong_feed_general_lstm_2layers': make_config(decoder_layers=2, score='general', dropout=0.3),
   'luong_nofeed_concat_gru': make_config(cell='gru', score='concat', input_feeding=False),
   'none_lstm': make_config(timing='none', input_feeding=False),
+  'fixed_lstm': make_config(timing='fixed', input_feeding=False, bridge='copy'),
+  'fixed_gru_2layers': make_config(cell='gru', decoder_layers=2, timing='fixed',
+                                   input_feeding=False, bridge='copy'),
   'local_m': make_config(window='local_m', window_radius=1, score='dot'),
   'local_p': make_config(window='local_p', window_radius=1, score='location', max_source_length=7),
   'heads2': make_config(num_heads=2, score='scaled_dot'),
@@ -194,7 +207,7 @@ def test_scan_unroll_equals_decode_step_loop(case):
     np.testing.assert_allclose(logits_BxV, logits_BxTxV[:, t], atol=1e-5, rtol=1e-5)
     np.testing.assert_allclose(weights_BxS, weights_BxTxS[:, t], atol=1e-6)
   weights = np.asarray(weights_BxTxS)
-  if config.attention.timing == 'none':
+  if not config.attention.attends:
     np.testing.assert_array_equal(weights, 0.0)
     return
   # Padded source positions get exactly zero attention.
@@ -294,6 +307,7 @@ WHOLE_SEQUENCE_CASES = {
   'luong_heads2': make_config(num_heads=2, score='scaled_dot', input_feeding=False),
   'none_gru_2layers': make_config(cell='gru', decoder_layers=2, timing='none',
                                   input_feeding=False),
+  'fixed_lstm_2layers': make_config(decoder_layers=2, timing='fixed', input_feeding=False),
 }
 
 
@@ -339,3 +353,20 @@ def test_whole_sequence_equals_the_step_scan_in_values_and_gradients(case):
     np.testing.assert_allclose(g_whole, g_steps, atol=1e-5, rtol=1e-4,
                                err_msg=jax.tree_util.keystr(path))
   assert any(np.any(np.asarray(g) != 0) for g in jax.tree.leaves(grad_whole['decoder']))
+
+
+def test_fixed_context_carries_the_source_without_a_bridge():
+  # timing=fixed reads c = tanh(V h_N) at every step, so even a zero initial state (which
+  # config validation refuses for timing=none) leaves the decoder conditioned on the source.
+  config = make_config(timing='fixed', input_feeding=False, bridge='zero')
+  _, variables, forward, encode, _, _ = build(config)
+  memory = encode(SRC)
+  assert all(np.all(np.asarray(leaf) == 0) for leaf in jax.tree.leaves(memory['init_states']))
+  other_src = SRC.copy()
+  other_src[0, :4] = [9, 8, 7, 6]
+  logits, _ = forward(SRC, TGT_IN)
+  other_logits, _ = forward(other_src, TGT_IN)
+  assert not np.allclose(logits[0], other_logits[0], atol=1e-4)
+  np.testing.assert_allclose(logits[1:], other_logits[1:], atol=1e-6)  # rows do not mix
+  with pytest.raises(ConfigError, match='timing=none with model.bridge=zero'):
+    make_config(timing='none', input_feeding=False, bridge='zero')

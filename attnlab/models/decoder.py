@@ -2,17 +2,21 @@
 
 `DecoderCell` owns everything the decoder learns: the target embedding, the stacked LSTM/GRU
 cells, the attention score (or multi-head cross attention), the local window, W_c and W_o.
-`project_memory` turns the encoder outputs into what every step reads (projected keys, values)
-ONCE per source sequence; `__call__` is one step. Teacher forcing (`unroll`) scans that step
-when the RNN reads attention (bahdanau, input feeding); otherwise s_1..s_T do not depend on
-attention, so `whole_sequence` runs the RNN over all steps and then scores, softmax, context
-and readout for all T queries in batched matmuls.
+`project_memory` turns the encoder outputs into what every step reads (projected keys, values;
+the fixed context and its share of the input gates) ONCE per source sequence; `__call__` is one
+step. Teacher forcing (`unroll`) scans that step when the RNN reads attention (bahdanau, input
+feeding); otherwise s_1..s_T do not depend on attention, so `whole_sequence` runs the RNN over
+all steps and then scores, softmax, context and readout for all T queries in batched matmuls.
 
 The step, per `model.attention.timing` (DESIGN.md section 1; s = top layer's hidden state):
 
   bahdanau  c_t = attend(s_{t-1});  s_t = RNN(s_{t-1}, [emb(y_{t-1}); c_t])
   luong     s_t = RNN(s_{t-1}, [emb(y_{t-1}); h~_{t-1} if input_feeding]);  c_t = attend(s_t)
-  none      s_t = RNN(s_{t-1}, emb(y_{t-1}))
+  none      s_t = RNN(s_{t-1}, emb(y_{t-1}))  (Sutskever et al. 2014: the source reaches the
+            decoder through the bridged initial state only)
+  fixed     c = tanh(V h_N), h_N the top encoder layer's final hidden state ([h_fwd; h_bwd]);
+            s_t = RNN(s_{t-1}, [emb(y_{t-1}); c]), c_t = c at every step (Cho et al. 2014's
+            RNNencdec, the no-attention baseline of Bahdanau et al. 2015's Figure 2)
   readout   h~_t = tanh(W_c [s_t; c_t]) (tanh(W_c s_t) for none, no bias);  logits = W_o h~_t + b
 
 The attention input of a stacked decoder goes to its bottom layer; the query is the top layer's
@@ -36,8 +40,10 @@ import jax.numpy as jnp
 from attnlab.config import ModelConfig, check_choice
 from attnlab.models import attention, matmul, recurrent, scoring
 
-# model.attention.timing: when the decoder attends (DecoderCell.core implements each).
-TIMINGS = ('bahdanau', 'luong', 'none')
+# model.attention.timing: when the decoder attends (DecoderCell.core implements each). The
+# last two do not attend: no weights, no attention pictures (AttentionConfig.attends).
+ATTENDING_TIMINGS = ('bahdanau', 'luong')
+TIMINGS = (*ATTENDING_TIMINGS, 'none', 'fixed')
 
 Memory = dict[str, Any]
 DecoderCarry = dict[str, Any]
@@ -66,13 +72,14 @@ class DecoderCell(nn.Module):
     H = cfg.hidden_size
     check_choice('model.attention.timing', att.timing, TIMINGS)
     self.embed = nn.Embed(self.vocab_size, cfg.embed_dim, dtype=dtype)
-    # Bottom layer input: [emb; c_t] (bahdanau), [emb; h~_{t-1}] (input feeding) or emb.
-    extra = H if self._has_extra_input() else 0
+    # Bottom layer input: [emb; c_t] (bahdanau, fixed), [emb; h~_{t-1}] (input feeding) or emb.
+    self.fixed_context = att.timing == 'fixed'
+    extra = H if self._has_extra_input() or self.fixed_context else 0
     self.cells = [
       recurrent.CellParams(cfg.cell, cfg.embed_dim + extra if layer == 0 else H, H)
       for layer in range(cfg.decoder_layers)
     ]
-    self.attentive = att.timing != 'none'
+    self.attentive = att.attends
     self.multi_head = self.attentive and att.num_heads > 1
     if self.multi_head:
       self.mha = attention.MultiHeadAttention(att.num_heads, H, cfg.dropout, dtype)
@@ -83,15 +90,20 @@ class DecoderCell(nn.Module):
       )
       if att.window != 'global':
         self.window = attention.LocalWindow(att.window, att.window_radius, dtype)
+    if self.fixed_context:
+      self.summary = matmul.Dense(H, use_bias=False, dtype=dtype)  # V of c = tanh(V h_N)
     self.w_c = matmul.Dense(H, use_bias=False, dtype=dtype)
     self.w_o = matmul.Dense(self.vocab_size, dtype=dtype)
     self.dropout = nn.Dropout(cfg.dropout)
 
-  def project_memory(self, enc_BxSxH: jax.Array) -> Memory:
-    """Keys and values every step attends over, computed once per source sequence.
+  def project_memory(self, enc_BxSxH: jax.Array, final_h_BxH: jax.Array) -> Memory:
+    """What every step reads, computed once per source sequence from the encoder outputs and
+    the top encoder layer's final hidden state.
 
     Single head: keys = score.project_keys(enc), values = enc. Multi-head: the per-head
     projections, heads-major (k_BxNxSxD, v_BxNxSxD). No attention: keys = values = enc (unread).
+    Fixed context: also `context` c = tanh(V h_N) and `context_gates`, c's share of the bottom
+    layer's input gates (c W_i[E:]), added to every step's embedding gates.
     """
     if self.multi_head:
       keys, values = self.mha.project_kv(enc_BxSxH)
@@ -99,7 +111,14 @@ class DecoderCell(nn.Module):
       keys, values = self.score.project_keys(enc_BxSxH), enc_BxSxH
     else:
       keys, values = enc_BxSxH, enc_BxSxH
-    return {'keys': keys, 'values': values}
+    memory = {'keys': keys, 'values': values}
+    if self.fixed_context:
+      dtype = matmul.compute_dtype(self.config.dtype)
+      context_BxH = jnp.tanh(self.summary(final_h_BxH))
+      w_context = self.cells[0]().w_i[self.config.embed_dim:]
+      memory['context'] = context_BxH
+      memory['context_gates'] = matmul.dot(context_BxH.astype(dtype), w_context.astype(dtype))
+    return memory
 
   def initial_carry(self, memory: Memory) -> DecoderCarry:
     """Bridge states from `memory['init_states']`, zero h~_{-1}, step 0."""
@@ -141,8 +160,11 @@ class DecoderCell(nn.Module):
     bottom layer's W_i rows for the context / h~ input are stacked onto W_h
     (`recurrent.stack_extra`), so each step does [extra; h] [W_x; W_h] as one matmul."""
     kernels = [cell() for cell in self.cells]
+    E = self.config.embed_dim
     if self._has_extra_input():
-      kernels[0] = recurrent.stack_extra(kernels[0], self.config.embed_dim)
+      kernels[0] = recurrent.stack_extra(kernels[0], E)
+    elif self.fixed_context:  # c's rows were applied once, in project_memory
+      kernels[0] = kernels[0]._replace(w_i=kernels[0].w_i[:E])
     return kernels
 
   def _has_extra_input(self) -> bool:
@@ -178,7 +200,7 @@ class DecoderCell(nn.Module):
     return tuple(new_states), top_hidden(new_states[-1])
 
   def _readout(self, s, context):
-    if self.attentive:
+    if context is not None:
       readout_in = jnp.concatenate([s, context.astype(s.dtype)], axis=-1)
     else:
       readout_in = s
@@ -195,6 +217,9 @@ class DecoderCell(nn.Module):
       feed_BxH = carry['feed'] if self.config.attention.input_feeding else None
       states, s_BxH = self._rnn(states, gx_emb_BxG, kernels, train, extra_BxK=feed_BxH)
       context_BxH, weights_BxS = self._attend(s_BxH, memory, step_B, train)
+    elif timing == 'fixed':
+      states, s_BxH = self._rnn(states, gx_emb_BxG + memory['context_gates'], kernels, train)
+      context_BxH, weights_BxS = memory['context'], jnp.zeros(memory['mask'].shape, jnp.float32)
     else:
       states, s_BxH = self._rnn(states, gx_emb_BxG, kernels, train)
       context_BxH, weights_BxS = None, jnp.zeros(memory['mask'].shape, jnp.float32)
@@ -220,10 +245,12 @@ class DecoderCell(nn.Module):
 
   def whole_sequence(self, carry: DecoderCarry, tgt_in_BxT, memory: Memory, *, train: bool):
     """Teacher forcing when the RNN does not read attention (luong without input feeding,
-    none): the RNN over all T steps, then attention and readout for all T queries at once."""
+    none, fixed): the RNN over all T steps, then attention and readout for all T queries."""
     kind, dtype = self.config.cell, matmul.compute_dtype(self.config.dtype)
     kernels = self.cell_kernels()
     gx_BxTxG = self.embed_gates(tgt_in_BxT, kernels, train)
+    if self.fixed_context:
+      gx_BxTxG = gx_BxTxG + memory['context_gates'][:, None, :]
     states, out_BxTxH = [], None
     for layer, state in enumerate(carry['states']):
       if layer > 0:
@@ -239,7 +266,10 @@ class DecoderCell(nn.Module):
       positions_T = carry['step'][0] + jnp.arange(T, dtype=jnp.int32)
       context_BxTxH, attn_BxTxS = self._attend_all(s_BxTxH, memory, positions_T, train)
     else:
-      context_BxTxH, attn_BxTxS = None, jnp.zeros((B, T, memory['mask'].shape[1]), jnp.float32)
+      context_BxTxH = None
+      if self.fixed_context:
+        context_BxTxH = jnp.broadcast_to(memory['context'][:, None, :], s_BxTxH.shape)
+      attn_BxTxS = jnp.zeros((B, T, memory['mask'].shape[1]), jnp.float32)
     h_tilde_BxTxH = self._readout(s_BxTxH, context_BxTxH)
     new_carry = {
       'states': tuple(states),
@@ -277,7 +307,7 @@ def unroll(cell: DecoderCell, carry: DecoderCarry, tgt_in_BxT, memory: Memory, *
   """Teacher-forced unroll of `cell` over tgt_in_BxT: returns (carry, logits_BxTxV, attn_BxTxS).
 
   A decoder whose RNN reads attention loops the step (`unroll_steps`); one whose RNN does not
-  (Luong without input feeding, none) runs the RNN over all T steps and attends for all T
+  (Luong without input feeding, none, fixed) runs the RNN over all T steps and attends for all T
   queries at once (`DecoderCell.whole_sequence`); the two are equal (tests/test_rnn_decoder).
   """
   if rnn_reads_attention(cell.config):

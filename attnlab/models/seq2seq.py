@@ -12,8 +12,9 @@ Training unrolls the same `DecoderCell` (same parameters) that `decode_step` run
 attention weights are sown as ('intermediates', 'cross_attention') with shape BxTxS.
 
 Memory (computed once per source): `values` and `keys` (the encoder outputs and their
-projections, see `DecoderCell.project_memory`), `mask` (BxS bool, True = real token),
-`lengths` (B int32) and `init_states` (the bridged initial decoder states).
+projections, see `DecoderCell.project_memory`; timing fixed adds `context` and `context_gates`),
+`mask` (BxS bool, True = real token), `lengths` (B int32) and `init_states` (the bridged initial
+decoder states).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import jax
 import jax.numpy as jnp
 
 from attnlab.config import ModelConfig
-from attnlab.models import PAD_ID, matmul
+from attnlab.models import PAD_ID, matmul, recurrent
 from attnlab.models.decoder import DecoderCarry, DecoderCell, Memory, unroll
 from attnlab.models.encoder import Bridge, RNNEncoder, source_lengths
 
@@ -43,7 +44,7 @@ class Seq2Seq(nn.Module):
   @matmul.with_model_dtype
   def encode(self, src_BxS: jax.Array, *, train: bool = False) -> Memory:
     enc_BxSxH, final_states = self.encoder(src_BxS, train=train)
-    memory = self.decoder.project_memory(enc_BxSxH)
+    memory = self.decoder.project_memory(enc_BxSxH, recurrent.hidden(final_states[-1]))
     memory['mask'] = src_BxS != PAD_ID
     memory['lengths'] = source_lengths(src_BxS)
     memory['init_states'] = self.bridge(final_states)

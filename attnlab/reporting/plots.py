@@ -225,7 +225,7 @@ def plot_attention(path: str, variants: Sequence) -> bool:
     if os.path.isfile(_npz(r)) or final_heatmap_pngs(r)
   ]
   if not chosen:
-    return False  # e.g. only timing=none variants: no attention to show
+    return False  # e.g. only timing=none / fixed variants: no attention to show
   if all(os.path.isfile(_npz(r)) for _, r in chosen):
     arrays = []
     for label, r in chosen:
