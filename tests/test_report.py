@@ -327,6 +327,14 @@ def test_pooled_table_averages_each_setting_over_the_others():
   assert lines[3] == '| setting | trials | wer |'
   # One swept setting: the pooled table would repeat the main table.
   assert report.marginal_table([v for v in variants if 'dot' in v.label], 'wer') == []
+  # A list of decoders (the bottleneck's): the score changes only together with the timing,
+  # so pooling by score would mix timings; timing alone is left, and that is the main table.
+  decoders = [v for v in variants if v.label in ('dot,bahdanau', 'concat,luong')]
+  assert report.marginal_table(decoders, 'wer') == []
+  # Drop one corner of the 2 x 2: each setting is still varied alone somewhere, and pooled.
+  three = [v for v in variants if v.label != 'concat,luong']
+  assert [line.split(' | ')[0] for line in report.marginal_table(three, 'wer')[-4:]] == [
+    '| score=dot', '| score=concat', '| timing=bahdanau', '| timing=luong']
 
 
 def test_compute_line_names_the_trials_copied_from_another_experiment(tmp_path):

@@ -133,12 +133,16 @@ def group_table(variants: list[Variant], metric: str, best, tests) -> list[str]:
 def marginal_table(variants: list[Variant], metric: str) -> list[str]:
   """Each value of each swept setting pooled over every other setting and seed: mean ± std of
   `metric` over its finished trials (the main effect of one choice, e.g. timing over all
-  scores). Only where a group sweeps two or more settings; otherwise it is the main table."""
+  scores). Only settings varied on their own somewhere (two variants differ in it alone): a list
+  of decoders such as the bottleneck's, where the score changes only together with the timing,
+  has no main effect of the score to show. Only where two or more such settings remain;
+  otherwise it is the main table."""
   swept = {}
   for v in variants:
     for key, value in v.overrides.items():
       swept.setdefault(key, {}).setdefault(trials_lib.format_value(value), []).append(v)
   swept = {k: by_value for k, by_value in swept.items() if len(by_value) > 1}
+  swept = {k: by_value for k, by_value in swept.items() if _varied_alone(variants, k)}
   if len(swept) < 2:
     return []
   short = trials_lib.short_keys(swept)
@@ -149,6 +153,16 @@ def marginal_table(variants: list[Variant], metric: str) -> list[str]:
       values = [x for v in vs for x in v.values(metric)]
       lines.append(f'| {short[key]}={value} | {len(values)} | {_fmt(mean_std(values))} |')
   return lines
+
+
+def _varied_alone(variants: list[Variant], key: str) -> bool:
+  """Whether two variants differ in `key` and in no other override."""
+  seen = {}
+  for v in variants:
+    rest = tuple(sorted((k, trials_lib.format_value(x)) for k, x in v.overrides.items()
+                        if k != key))
+    seen.setdefault(rest, set()).add(trials_lib.format_value(v.overrides.get(key)))
+  return any(len(values) > 1 for values in seen.values())
 
 
 def compute_line(variants: list[Variant]) -> str:
