@@ -184,7 +184,8 @@ def result_line(split: str, step: int, metrics: dict, selection, stopped_at: int
 def files_line(workdir: str, *, log: str) -> str:
   """Where the run's files are, as they exist on disk."""
   names = sorted(os.listdir(workdir))
-  parts = [n for n in ('final_metrics.json', 'metrics.jsonl', 'config.json') if n in names]
+  files = (workdir_lib.FINAL_METRICS_FILE, workdir_lib.METRICS_FILE, workdir_lib.CONFIG_FILE)
+  parts = [n for n in files if n in names]
   latest = workdir_lib.saved_steps(workdir)
   best = workdir_lib.saved_steps(workdir, best=True)
   checkpoints = f'checkpoints/ (latest: {", ".join(map(str, latest)) or "none"}'

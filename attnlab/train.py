@@ -230,6 +230,10 @@ def train_loop(run: Run, state: steps.TrainState, batches, start: int):
       lambda s, b, k, axis_name: steps.train_step(
           s, b, k, axis_name=axis_name, label_smoothing=cfg.train.label_smoothing))
   p_state = parallel.replicate(state)
+  if not run.stopped_early and selection is not None and selection.lr_cut_due:
+    # Resumed from a stop at the learning-rate floor under a lower optim.plateau_min_scale:
+    # the cut that was due then is made now, as a run under the lower floor made it.
+    p_state = cut_learning_rate(run, p_state)
   dropout_key = jax.random.fold_in(jax.random.key(cfg.seed), 1)
   window, window_start, log_due, latest = [], time.perf_counter(), None, {}
 
@@ -353,7 +357,7 @@ def _write_final(run: Run, tested_step: int, final: dict) -> None:
                       'trained_steps': run.step, 'stopped_early': run.stopped_early})
   if not run.is_writer:
     return
-  with open(os.path.join(run.workdir, 'final_metrics.json'), 'w') as f:
+  with open(os.path.join(run.workdir, workdir_lib.FINAL_METRICS_FILE), 'w') as f:
     json.dump({'step': tested_step, 'trained_steps': run.step, 'num_params': run.num_params,
                'selection': chosen, **writers.to_json(final)}, f, indent=2)
 

@@ -31,6 +31,8 @@ from attnlab.errors import UserError
 
 CONFIG_FILE = 'config.json'
 CONFIG_CHANGES = 'config_changes.jsonl'
+METRICS_FILE = 'metrics.jsonl'  # one JSON event per line: {step, split, metric: value, ...}
+FINAL_METRICS_FILE = 'final_metrics.json'  # written when the run ends: the test of the best step
 VOCAB_FILES = {'source': 'source_vocab.json', 'target': 'target_vocab.json'}
 CHECKPOINTS = 'checkpoints'  # RUN/checkpoints/<step>/ (the latest ones) and best/<step>/
 # One line per process run, finished or not: {first_step, last_step, wall_s, outcome,
@@ -53,14 +55,15 @@ UNOBSERVABLE = (
   'parallel.num_devices',  # the global batch is the same on any number of devices
 )
 # Keys that may change on resume with --allow_config_change: how long training goes on, when
-# it is evaluated and stopped, and the learning rate (to continue a diverged run from its last
-# good checkpoint).
+# it is evaluated and stopped (a lower learning-rate floor lets a run that stopped there go on),
+# and the learning rate (to continue a diverged run from its last good checkpoint).
 RESUMABLE = (
   'train.num_steps',
   'train.eval_every',
   'train.patience',
   'train.divergence_factor',
   'optim.learning_rate',
+  'optim.plateau_min_scale',
 )
 _ABSENT = '(absent)'
 

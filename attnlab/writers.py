@@ -32,6 +32,8 @@ import numpy as np
 from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
+from attnlab import workdir as workdir_lib
+
 _RESERVED = ('step', 'split')
 
 
@@ -77,7 +79,7 @@ class MetricWriter:
 
   @property
   def jsonl_path(self) -> str:
-    return os.path.join(self.workdir, 'metrics.jsonl')
+    return os.path.join(self.workdir, workdir_lib.METRICS_FILE)
 
   def tensorboard_dir(self, split: str) -> str:
     return os.path.join(self.workdir, 'tensorboard', split)

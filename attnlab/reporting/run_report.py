@@ -28,6 +28,7 @@ from absl import app, flags
 from matplotlib.figure import Figure
 
 from attnlab import cli
+from attnlab import workdir as workdir_lib
 from attnlab.errors import UserError
 from attnlab.reporting import convergence, html, html_heatmaps, sweep_results
 from attnlab.reporting import plots as report_plots
@@ -166,11 +167,11 @@ def plot_by_length(path: str, final: dict, splits: list[str]) -> bool:
 
 def read_run(run_dir: str, config_file: str) -> sweep_results.TrialResult:
   """The run as a one-trial result, so the sweep report's helpers apply to it."""
-  final = _load_json(run_dir, 'final_metrics.json')
+  final = _load_json(run_dir, workdir_lib.FINAL_METRICS_FILE)
   # A resumed run logs some steps twice; the last entry per (step, split) wins.
   events = {
     (e.get('step'), e.get('split')): e
-    for e in sweep_results.read_jsonl(os.path.join(run_dir, 'metrics.jsonl'))
+    for e in sweep_results.read_jsonl(os.path.join(run_dir, workdir_lib.METRICS_FILE))
   }
   trial = Trial(os.path.basename(os.path.normpath(run_dir)), config_file, {}, {})
   events = sorted(events.values(), key=lambda e: e.get('step', 0))
@@ -258,7 +259,7 @@ def write_run_report(
   # Splits are the dicts of final_metrics.json, except `selection` (how the step was chosen).
   splits = [s for s, v in final.items() if isinstance(v, dict) and s != 'selection']
   os.makedirs(out, exist_ok=True)
-  for name in ('config.json', 'final_metrics.json'):
+  for name in (workdir_lib.CONFIG_FILE, workdir_lib.FINAL_METRICS_FILE):
     shutil.copyfile(os.path.join(run_dir, name), os.path.join(out, name))
   lines = summary(run_dir, result, task, config_file, command, wall_s)
   lines += ['', '## Final metrics', ''] + metrics_table(final, splits)

@@ -15,6 +15,7 @@ import statistics
 import numpy as np
 
 from attnlab import metrics
+from attnlab import workdir as workdir_lib
 from attnlab.reporting import convergence
 from attnlab.sweeps import runner as sweep_runner
 from attnlab.sweeps import trial_dirs
@@ -155,7 +156,8 @@ def read_trial(workdir: str, trial: Trial) -> TrialResult:
       final = json.load(f)
   # A resumed run logs some steps twice; the last entry per (step, split) wins.
   events = {
-    (e.get('step'), e.get('split')): e for e in read_jsonl(os.path.join(directory, 'metrics.jsonl'))
+    (e.get('step'), e.get('split')): e
+    for e in read_jsonl(os.path.join(directory, workdir_lib.METRICS_FILE))
   }
   rows = read_jsonl(os.path.join(directory, PREDICTIONS))
   predictions = {int(r['index']): bool(r['correct']) for r in rows} if rows else None

@@ -82,9 +82,10 @@ def sync(
   A trial finished in the archive but not in the workdir (trained on another machine) is
   restored into the workdir, over whatever partial run the workdir had; one finished in the
   workdir but not in the archive (trained before --archive was given) is archived. An archived
-  trial that ran to a step cap the experiment has raised since is outdated: not restored, it is
-  trained again (or extended from the workdir's checkpoints) and then replaces the archived
-  copy. Returns the names (restored, archived, outdated)."""
+  trial that ended at a limit the experiment has relaxed since (a step cap raised, a
+  learning-rate floor lowered: trial_dirs.LIMITS) is outdated: not restored, it is trained again
+  (or extended from the workdir's checkpoints) and then replaces the archived copy. Returns
+  the names (restored, archived, outdated)."""
   restored, archived, outdated = [], [], []
   for trial in trials:
     kept = trial_dirs.trial_dir(archive, trial)
@@ -92,8 +93,8 @@ def sync(
     kept_done = trial_dirs.trial_state(kept) == 'finished'
     local_done = trial_dirs.trial_state(local) == 'finished'
     if kept_done and not local_done:
-      old_cap = trial_dirs.check_same_trial(kept, trial)
-      if old_cap is not None and not trial_dirs.stopped_early(kept):
+      relaxed = trial_dirs.check_same_trial(kept, trial)
+      if relaxed and trial_dirs.reached_limit(kept, relaxed):
         outdated.append(trial.name)
         continue
       os.makedirs(workdir, exist_ok=True)

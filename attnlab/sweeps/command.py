@@ -113,28 +113,31 @@ def prepare_data(configs: dict, todo, out=None) -> None:
       _print(f'warning: preparing data for {trial.name} failed: {type(e).__name__}: {e}', out)
 
 
-def raise_step_caps(trials, dirs, states, workdir, archive, out=None) -> None:
-  """Trials run under a lower train.num_steps than the experiment now gives: one that stopped
-  early is kept, the others train on from their checkpoints (trial_dirs.raise_step_cap)."""
-  raised = []
+def relax_limits(trials, dirs, states, workdir, archive, out=None) -> None:
+  """Trials run under a stricter step cap or learning-rate floor than the experiment now gives:
+  one that ended otherwise is kept, the others train on from their checkpoints
+  (trial_dirs.relax_limits)."""
+  relaxed = {}
   for trial in trials:
-    old_cap = trial_dirs.check_same_trial(dirs[trial.name], trial)
-    if old_cap is not None:
-      trial_dirs.check_step_cap_raisable(dirs[trial.name], trial, old_cap)  # before any change
-      raised.append((trial, old_cap))
-  for trial, old_cap in raised:
+    old = trial_dirs.check_same_trial(dirs[trial.name], trial)
+    if old:
+      trial_dirs.check_relaxable(dirs[trial.name], trial, old)  # before any change
+      relaxed[trial.name] = (trial, old)
+  for trial, old in relaxed.values():
     directory = dirs[trial.name]
-    new_cap = trial.all_overrides()[trial_dirs.STEP_CAP]
-    outcome = trial_dirs.raise_step_cap(directory, trial, old_cap)
+    finished = states[trial.name] == 'finished'
+    ended = (f'it stopped at step {trial_dirs.read_final(directory).get("trained_steps")} '
+             f'{trial_dirs.ENDINGS[trial_dirs.ending(directory)]}: ') if finished else ''
+    outcome = trial_dirs.relax_limits(directory, trial, old)
     states[trial.name] = trial_dirs.trial_state(directory)
     if outcome == 'kept':
-      step = trial_dirs.read_final(directory).get('trained_steps')
-      how = f'it stopped early at step {step}: kept'
+      how = f'{ended}kept'
       if archive:
         archive_lib.archive_trial(workdir, archive, trial)
     else:
-      how = 'it trains on from its latest checkpoint'
-    _print(f'[cap] {trial.name}: {trial_dirs.STEP_CAP} {old_cap} -> {new_cap}; {how}', out)
+      how = f'{ended}trains on from its latest checkpoint'
+    tags = '/'.join(trial_dirs.LIMITS[key].ending for key in old)
+    _print(f'[{tags}] {trial.name}: {trial_dirs.describe_change(trial, old)}; {how}', out)
 
 
 def copy_shared_trials(trials, configs, dirs, states, workdir, archive, out=None) -> None:
@@ -193,11 +196,12 @@ def run_sweep(
     if restored or archived or outdated:
       _print(f'archive {archive}: {len(restored)} finished trials restored, '
              f'{len(archived)} archived'
-             + (f', {len(outdated)} ran to a lower step cap (trained on)' if outdated else ''),
+             + (f', {len(outdated)} ended at a limit relaxed since (trained on)'
+                if outdated else ''),
              out)
     if share:
       copy_shared_trials(valid, configs, dirs, states, workdir, archive, out)
-  raise_step_caps(valid, dirs, states, workdir, archive, out)
+  relax_limits(valid, dirs, states, workdir, archive, out)
   todo = [t for t in trials if states[t.name] != 'finished' and t.name not in errors]
   skipped = sum(state == 'finished' for state in states.values())
   _print(

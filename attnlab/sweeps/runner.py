@@ -62,7 +62,7 @@ def _tail(path: str, offset: int) -> list[str]:
 
 def last_train_step(directory: str) -> int:
   """The latest step in metrics.jsonl (0 when the run has not logged yet)."""
-  path = os.path.join(directory, 'metrics.jsonl')
+  path = os.path.join(directory, workdir_lib.METRICS_FILE)
   if not os.path.isfile(path):
     return 0
   step = 0

@@ -3,17 +3,42 @@ or finished, and whether a directory may be reused for a trial (attnlab/sweeps/r
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
+from collections.abc import Callable
 
 from attnlab import workdir as workdir_lib
+from attnlab.selection import SELECT_SPLIT
 from attnlab.sweeps.trials import SweepError, Trial
 
 STATUS_FILE = 'sweep_status.json'
 LOG_FILE = 'sweep_log.txt'
-FINAL_FILE = 'final_metrics.json'
-STEP_CAP = 'train.num_steps'  # a cap for runs that stop on their own: may be raised on resume
+FINAL_FILE = workdir_lib.FINAL_METRICS_FILE
+
+
+@dataclasses.dataclass(frozen=True)
+class Limit:
+  """A setting that ends runs which otherwise stop on their own; relaxing it on resume leaves
+  what a run trained so far as a run under the relaxed value would have trained it."""
+
+  key: str
+  ending: str  # how a run that reached it ended (`ending`): also the console tag
+  relaxes: Callable[[float, float], bool]  # (old, new) -> whether new is the relaxed one
+
+
+# A higher step cap; a lower learning-rate floor (the plateau schedule's cut that the floor
+# refused is made when the run resumes: attnlab/train.py).
+LIMITS = {
+  limit.key: limit for limit in (
+    Limit('train.num_steps', 'cap', lambda old, new: new > old),
+    Limit('optim.plateau_min_scale', 'floor', lambda old, new: new < old),
+  )
+}
+# How a finished run ended, as `ending` names it.
+ENDINGS = {'cap': 'at its step cap', 'floor': 'at the learning-rate floor',
+           'patience': 'by train.patience'}
 
 
 def trial_dir(workdir: str, trial: Trial) -> str:
@@ -71,6 +96,10 @@ def _shown(overrides: dict, key: str) -> str:
   return repr(overrides[key]) if key in overrides else '(unset)'
 
 
+def _number(value) -> bool:
+  return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 def saved_settings(directory: str) -> dict:
   """Dotted key -> value of the trial run's config.json ({} when it has none or it is broken:
   then nothing counts as unchanged)."""
@@ -81,14 +110,14 @@ def saved_settings(directory: str) -> dict:
     return {}
 
 
-def check_same_trial(directory: str, trial: Trial) -> int | None:
+def check_same_trial(directory: str, trial: Trial) -> dict | None:
   """Refuses to reuse a directory that a trial with another config (BASE, FIXED) wrote.
 
   An override that is new or changed but equal to what the trial's run already had (its
   config.json) changes nothing, so it is accepted: an experiment may pin a value of its base
-  config before that config's default moves on. A raised step cap (`train.num_steps`, a cap for
-  runs that stop on their own) is accepted too: the old cap is returned, and
-  `raise_step_cap` brings the directory to the new one. Otherwise returns None."""
+  config before that config's default moves on. Relaxed `LIMITS` (a raised step cap, a lowered
+  learning-rate floor) are accepted too: returns {key: old value} of those, and `relax_limits`
+  brings the directory to the new values. Otherwise returns None."""
   status = read_status(directory)
   now = identity(trial)
   if not status or {k: status.get(k) for k in now} == now:
@@ -107,10 +136,11 @@ def check_same_trial(directory: str, trial: Trial) -> int | None:
     described.append(f'{key} {_shown(before, key)} -> {_shown(after, key)}')
   if not described:
     return None
-  if not config_changed and set(changes) == {STEP_CAP}:
-    old, new = changes[STEP_CAP]
-    if isinstance(old, int) and isinstance(new, int) and new > old:
-      return old
+  relaxed = {key: changes[key][0] for key, limit in LIMITS.items()
+             if key in changes and all(_number(v) for v in changes[key])
+             and limit.relaxes(*changes[key])}
+  if not config_changed and relaxed and set(relaxed) == set(changes):
+    return relaxed
   raise SweepError(
     f'{directory} was run with other settings than the experiment now gives '
     f'({", ".join(described)}); use a new --workdir or delete that directory'
@@ -122,42 +152,76 @@ def read_final(directory: str) -> dict:
     return json.load(f)
 
 
-def stopped_early(directory: str) -> bool:
-  """Whether the finished run in `directory` ended on its own, before its step cap."""
-  return bool((read_final(directory).get('selection') or {}).get('stopped_early'))
+def _eval_steps(directory: str) -> set[int]:
+  steps = set()
+  with open(os.path.join(directory, workdir_lib.METRICS_FILE), encoding='utf-8') as f:
+    for line in f:
+      event = json.loads(line)
+      if event.get('split') == SELECT_SPLIT:
+        steps.add(int(event['step']))
+  return steps
 
 
-def check_step_cap_raisable(directory: str, trial: Trial, old_cap: int) -> None:
-  """Refuses a finished trial that ran to its old cap and has no checkpoint to train on from
-  (call it for every trial before `raise_step_cap` changes any)."""
-  finished = trial_state(directory) == 'finished'
-  if finished and not stopped_early(directory) and not workdir_lib.saved_steps(directory):
+def ending(directory: str) -> str:
+  """How the finished run in `directory` ended (`ENDINGS`): 'cap' (it trained to
+  train.num_steps), 'patience' (train.patience evaluations without improvement) or 'floor' (a
+  plateau cut due that would have gone below optim.plateau_min_scale). The two early stops are
+  told apart by the evaluations after the best one (metrics.jsonl; a resumed run may repeat
+  some)."""
+  selection = read_final(directory).get('selection') or {}
+  if not selection.get('stopped_early'):
+    return 'cap'
+  patience, best = selection.get('patience') or 0, selection.get('best_step')
+  if best is None:
+    return 'patience'
+  after_best = sum(step > best for step in _eval_steps(directory))
+  return 'patience' if patience and after_best >= patience else 'floor'
+
+
+def reached_limit(directory: str, relaxed: dict) -> bool:
+  """Whether the finished run in `directory` ended at one of the `relaxed` limits (so the
+  relaxed trial trains on), not in a way they leave as it was."""
+  return ending(directory) in {LIMITS[key].ending for key in relaxed}
+
+
+def describe_change(trial: Trial, relaxed: dict) -> str:
+  new = trial.all_overrides()
+  return ', '.join(f'{key} {old!r} -> {new[key]!r}' for key, old in relaxed.items())
+
+
+def check_relaxable(directory: str, trial: Trial, relaxed: dict) -> None:
+  """Refuses a finished trial that ended at a relaxed limit and has no checkpoint to train on
+  from (call it for every trial before `relax_limits` changes any)."""
+  if (trial_state(directory) == 'finished' and reached_limit(directory, relaxed)
+      and not workdir_lib.saved_steps(directory)):
     raise SweepError(
-      f'{directory} ran to its old cap of {old_cap} steps and has no checkpoint to train on '
-      f'from under the new {STEP_CAP}={trial.all_overrides()[STEP_CAP]}; delete it (and its '
-      f'archived copy) to train it again'
+      f'{directory} ended {ENDINGS[ending(directory)]} and has no checkpoint to train on from '
+      f'under {describe_change(trial, relaxed)}; delete it (and its archived copy) to train it '
+      'again'
     )
 
 
-def raise_step_cap(directory: str, trial: Trial, old_cap: int) -> str:
-  """Brings a trial run under a lower `train.num_steps` to the experiment's cap; returns
-  'kept' or 'extended'.
+def relax_limits(directory: str, trial: Trial, relaxed: dict) -> str:
+  """Brings a trial run under stricter `LIMITS` ({key: old value}) to the experiment's values;
+  returns 'kept' or 'extended'.
 
-  A finished trial that stopped early never reached the old cap, so a higher one changes
-  nothing: it is kept as it is ('kept'). Any other trial resumes from its latest checkpoint
-  and trains on under the new cap ('extended'; the runner passes
-  --allow_config_change=train.num_steps): the plateau schedule and the selection state live
-  in the checkpoint and metrics.jsonl, so the result equals a run with the new cap from the
-  start. A finished trial that ran to the old cap keeps its first final_metrics.json as
-  final_metrics.cap<OLD>.json. One without checkpoints to resume from is refused."""
-  check_step_cap_raisable(directory, trial, old_cap)
+  A finished trial that ended otherwise (a raised cap it never reached, a floor it never met)
+  is kept as it is ('kept'). Any other trial resumes from its latest checkpoint and trains on
+  ('extended'; the runner passes --allow_config_change with the keys): the plateau schedule and
+  the selection state live in the checkpoint and metrics.jsonl, so the result equals a run with
+  the new values from the start. A finished trial that ended at an old limit keeps its first
+  final_metrics.json beside, as final_metrics.cap<OLD>.json or final_metrics.floor<OLD>.json.
+  One without checkpoints to resume from is refused."""
+  check_relaxable(directory, trial, relaxed)
   finished = trial_state(directory) == 'finished'
-  status = {**read_status(directory), **identity(trial), 'step_cap_raised_from': old_cap}
-  if finished and stopped_early(directory):
+  status = {**read_status(directory), **identity(trial),
+            'relaxed_from': {**read_status(directory).get('relaxed_from', {}), **relaxed}}
+  if finished and not reached_limit(directory, relaxed):
     write_status(directory, status)
     return 'kept'
   if finished:
-    first = os.path.join(directory, f'final_metrics.cap{old_cap}.json')
+    limit = next(LIMITS[key] for key in relaxed if LIMITS[key].ending == ending(directory))
+    first = os.path.join(directory, f'final_metrics.{limit.ending}{relaxed[limit.key]:g}.json')
     os.replace(os.path.join(directory, FINAL_FILE), first)
     status['status'] = 'interrupted'
   write_status(directory, status)
@@ -165,10 +229,10 @@ def raise_step_cap(directory: str, trial: Trial, old_cap: int) -> str:
 
 
 def resume_args(directory: str, trial: Trial) -> list[str]:
-  """The flags `attnlab.main` needs to resume the run in `directory` as `trial`: accepting a
-  raised step cap against the run's config.json."""
-  saved = saved_settings(directory).get(STEP_CAP)
-  wanted = trial.all_overrides().get(STEP_CAP)
-  if isinstance(saved, int) and isinstance(wanted, int) and wanted > saved:
-    return [f'--allow_config_change={STEP_CAP}']
-  return []
+  """The flags `attnlab.main` needs to resume the run in `directory` as `trial`: accepting
+  relaxed `LIMITS` against the run's config.json."""
+  saved, wanted = saved_settings(directory), trial.all_overrides()
+  keys = [key for key, limit in LIMITS.items()
+          if _number(saved.get(key)) and _number(wanted.get(key))
+          and limit.relaxes(saved[key], wanted[key])]
+  return [f'--allow_config_change={",".join(keys)}'] if keys else []
