@@ -22,13 +22,13 @@ COMMAND: python -m attnlab.sweep experiments/bottleneck.py --parallel=2 \
 from experiments import sizes
 
 BASE = 'configs/bible.py'
-# (timing, score, input_feeding): the decoders of the comparison (the score is unread without
-# attention; 'general' is the config default).
+# (report label, timing, score, input_feeding): the decoders of the comparison (the score is
+# unread without attention; 'general' is the config default).
 DECODERS = (
-  ('none', 'general', False),
-  ('bahdanau', 'concat', False),
-  ('luong', 'general', True),
-  ('fixed', 'general', False),
+  ('no attention (Sutskever 2014)', 'none', 'general', False),
+  ('Bahdanau concat (RNNsearch)', 'bahdanau', 'concat', False),
+  ('Luong general + input feeding', 'luong', 'general', True),
+  ('fixed context (RNNencdec, Cho 2014)', 'fixed', 'general', False),
 )
 TASKS = (
   ('configs/bible.py', sizes.BIBLE_SMALL, sizes.BIBLE_SEEDS),
@@ -43,8 +43,8 @@ def sweep(add):
     for config, fixed, seeds in TASKS:
       if seed not in seeds:
         continue
-      for timing, score, feeding in DECODERS:
-        add(config=config, fixed=fixed, **{
+      for label, timing, score, feeding in DECODERS:
+        add(config=config, fixed=fixed, label=label, **{
           'model.attention.timing': timing,
           'model.attention.score': score,
           'model.attention.input_feeding': feeding,

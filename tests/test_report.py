@@ -292,6 +292,25 @@ def test_missing_predictions_are_reported(tmp_path):
   assert 'No predictions_test.jsonl in 1 finished trial(s)' in text
 
 
+def test_labels_from_the_experiment_name_rows_and_keep_the_settings_beside(tmp_path):
+  root = make_sweep(str(tmp_path))
+  path = os.path.join(root, 'sweep.json')
+  manifest = json.load(open(path))
+  for trial in manifest['trials']:
+    if trial['overrides']['model.attention.timing'] == 'none':
+      trial['label'] = 'no attention'
+  _write(path, json.dumps(manifest))
+  text = open(report.write_report(root, plots=False)).read()
+  assert '| no attention | 1/2 (1 failed) | 1/1 | 0.000 | -1.000 ' in text
+  assert '| timing=none |' not in text
+  assert 'Variants: no attention: `timing=none`.' in text
+  with open(os.path.join(root, 'results.csv')) as f:
+    rows = list(csv.DictReader(f))
+  assert [(r['variant'], r['settings']) for r in rows] == [
+    ('timing=luong', 'timing=luong'), ('timing=bahdanau', 'timing=bahdanau'),
+    ('no attention', 'timing=none')]
+
+
 def test_report_needs_a_sweep_directory(tmp_path):
   with pytest.raises(SweepError, match='no sweep.json'):
     report.write_report(str(tmp_path))

@@ -87,11 +87,30 @@ def test_unknown_keys_and_bad_values_name_the_key():
     (f'BASE = {SMOKE!r}\ndef sweep(add):\n  pass\n', 'added no trials'),
     (f'BASE = {SMOKE!r}\ndef sweep(add):\n  add(seed=0)\n  add(seed=0)\n', 'share the directory'),
     (f'BASE = {SMOKE!r}\ndef sweep(add):\n  add(**{{"task.name": {{}}}})\n', 'must be bool'),
+    (f'BASE = {SMOKE!r}\ndef sweep(add):\n  add(label="a", seed=0)\n  add(label="b", seed=1)\n',
+     'labelled both'),
+    (f'BASE = {SMOKE!r}\ndef sweep(add):\n  add(label="a", seed=0)\n'
+     '  add(label="a", **{"model.dropout": 0.5})\n', 'names two variants'),
+    (f'BASE = {SMOKE!r}\ndef sweep(add):\n  add(label=3, seed=0)\n', 'must be a string'),
   ],
 )
 def test_bad_experiment_files_are_refused(tmp_path, body, message):
   with pytest.raises(SweepError, match=message):
     trials.load_experiment(write_experiment(tmp_path, body))
+
+
+def test_labels_name_variants_in_the_manifest_not_in_the_trial(tmp_path):
+  body = (f'BASE = {SMOKE!r}\ndef sweep(add):\n  for seed in (0, 1):\n'
+          '    add(label="no attention", **{"model.attention.timing": "none", "seed": seed})\n'
+          '    add(**{"model.attention.timing": "luong", "seed": seed})\n')
+  experiment = trials.load_experiment(write_experiment(tmp_path, body))
+  assert [t.label for t in experiment.trials] == ['no attention', '', 'no attention', '']
+  assert experiment.trials[0].name == 'timing=none,seed=0'  # the directory ignores the label
+  assert trial_dirs.identity(experiment.trials[0]) == trial_dirs.identity(
+    Trial('timing=none,seed=0', SMOKE, {'model.attention.timing': 'none', 'seed': 0}, {}))
+  trials.write_manifest(str(tmp_path), experiment, 'local')
+  _, read = trials.read_manifest(str(tmp_path))
+  assert read == list(experiment.trials)
 
 
 GRID = f"""

@@ -218,6 +218,9 @@ def markdown(
     order = 'lower' if ranked_by in LOWER_IS_BETTER else 'higher'
     lines += ['', f'## {group}', '', f'Best by test {ranked_by} ({order} is better).', '']
     lines += group_table(variants, ranked_by, best, tests)
+    named = [v for v in variants if v.label != v.settings]
+    if named:
+      lines += ['', 'Variants: ' + '; '.join(f'{v.label}: `{v.settings}`' for v in named) + '.']
     lines += marginal_table(variants, ranked_by)
     flag = convergence.flag_line([(v.label, v.verdicts()) for v in variants])
     if flag:
@@ -265,7 +268,7 @@ def csv_text(groups: dict[str, list[Variant]], metric: str) -> str:
   names = sorted(
     {k for v in variants for r in v.finished for k, x in r.test.items() if is_number(x)}
   )
-  head = ['group', 'variant', 'ranked_by', 'seeds_finished', 'seeds_failed']
+  head = ['group', 'variant', 'settings', 'ranked_by', 'seeds_finished', 'seeds_failed']
   head += [f'{m}_{s}' for m in names for s in ('mean', 'std')]
   head += ['num_params', 'tokens_per_sec', 'wall_s', 'cpu_s']
   head += ['delta_vs_best', 'ci_low', 'ci_high']
@@ -279,7 +282,7 @@ def csv_text(groups: dict[str, list[Variant]], metric: str) -> str:
     ranked_by = primary_metric(vs, metric)
     tests = significance(vs, rank(vs, ranked_by), ranked_by)
     for v in vs:
-      row = [group, v.label, ranked_by, len(v.finished), len(v.failed)]
+      row = [group, v.label, v.settings, ranked_by, len(v.finished), len(v.failed)]
       for m in names:
         stat = v.stat(m)
         row += [num(stat[0]), num(stat[1])] if stat else ['', '']

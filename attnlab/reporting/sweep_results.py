@@ -79,9 +79,13 @@ class Variant:
   """The trials of one variant (all seeds) in one group."""
 
   group: str
-  label: str
+  label: str  # the experiment's add(label=...), else `settings`
   overrides: dict
   results: list[TrialResult]
+  settings: str = ''  # the variant's overrides, 'score=dot, timing=luong' ('' = the label)
+
+  def __post_init__(self):
+    self.settings = self.settings or self.label
 
   @property
   def finished(self) -> list[TrialResult]:
@@ -188,11 +192,12 @@ def collect(workdir: str) -> tuple[dict, dict[str, list[Variant]]]:
   groups: dict[str, dict[str, Variant]] = {}
   for trial in trials:
     overrides = trial.variant
-    label = (
+    settings = (
       ', '.join(f'{short[k]}={trials_lib.format_value(v)}' for k, v in overrides.items()) or 'base'
     )
+    label = trial.label or settings
     variants = groups.setdefault(trial.config, {})
     if label not in variants:
-      variants[label] = Variant(trial.config, label, overrides, [])
+      variants[label] = Variant(trial.config, label, overrides, [], settings)
     variants[label].results.append(read_trial(workdir, trial))
   return manifest, {g: list(v.values()) for g, v in groups.items()}

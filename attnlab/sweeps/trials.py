@@ -12,7 +12,9 @@ An experiment is a plain Python file (see experiments/):
 `add(config='configs/dates.py', fixed={...}, **overrides)` starts that trial from another
 config file and adds overrides that, like FIXED, stay out of its name (`base()` returning the
 config string may replace BASE). The report makes one section per config file, with one row
-per variant (the overrides except the seed). A trial runs
+per variant (the overrides except the seed), labelled by those overrides or by
+`add(label='no attention', ...)`: one label per variant, the same for all its seeds, kept in
+the manifest and out of the trial's name and identity. A trial runs
 `python -m attnlab.main --config=CONFIG --workdir=DIR/NAME --config.KEY=VALUE ...`; NAME is
 built from the trial's own overrides (`score=dot,seed=0`), so it is readable and stays the same
 when other trials are added. `trial_config` applies the overrides to the loaded config exactly
@@ -56,6 +58,7 @@ class Trial:
   config: str  # config file[:variant]
   overrides: dict  # this trial's own overrides, in the order `add` got them
   fixed: dict  # FIXED and add(fixed=...) overrides: applied first, not in the name
+  label: str = ''  # the report's name for its variant ('' = the overrides but the seed)
 
   def all_overrides(self) -> dict:
     return {**self.fixed, **self.overrides}
@@ -70,12 +73,13 @@ class Trial:
     return args + [f'--config.{k}={format_value(v)}' for k, v in self.all_overrides().items()]
 
   def to_json(self) -> dict:
-    return {
+    out = {
       'name': self.name,
       'config': self.config,
       'overrides': self.overrides,
       'fixed': self.fixed,
     }
+    return {**out, 'label': self.label} if self.label else out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,6 +160,22 @@ def _load_module(path: str, prefix: str):
   return module
 
 
+def _check_labels(path: str, trials: list[Trial]) -> None:
+  """One label per variant (all its seeds), and no two variants of a config file under one."""
+  labels: dict[tuple, str] = {}
+  owners: dict[tuple, dict] = {}
+  for trial in trials:
+    variant = (trial.config, json.dumps(trial.variant, sort_keys=True))
+    if labels.setdefault(variant, trial.label) != trial.label:
+      raise SweepError(f'{path}: the variant {trial.variant} is labelled both '
+                       f'{labels[variant]!r} and {trial.label!r}; give all its seeds one label')
+    if trial.label:
+      other = owners.setdefault((trial.config, trial.label), trial.variant)
+      if other != trial.variant:
+        raise SweepError(f'{path}: the label {trial.label!r} names two variants, {other} and '
+                         f'{trial.variant}; give each its own')
+
+
 def load_experiment(path: str) -> Experiment:
   """Runs the experiment file's `sweep(add)` and returns its trials (nothing is checked yet)."""
   module = _load_module(path, 'attnlab_experiment')
@@ -170,15 +190,19 @@ def load_experiment(path: str) -> Experiment:
     _check_value(key, value)
   trials: list[Trial] = []
 
-  def add(config: str | None = None, fixed: dict | None = None, **overrides):
+  def add(config: str | None = None, fixed: dict | None = None, label: str = '', **overrides):
     for key, value in {**(fixed or {}), **overrides}.items():
       _check_value(key, value)
+    if not isinstance(label, str):
+      raise SweepError(f'{path}: add(label={label!r}) must be a string')
     name = trial_name(overrides, config)
-    trials.append(Trial(name, config or base, dict(overrides), {**shared, **(fixed or {})}))
+    trials.append(Trial(name, config or base, dict(overrides), {**shared, **(fixed or {})},
+                        label))
 
   sweep_fn(add)
   if not trials:
     raise SweepError(f'{path}: sweep(add) added no trials')
+  _check_labels(path, trials)
   seen: dict[str, Trial] = {}
   for trial in trials:
     if trial.name in seen:
@@ -274,5 +298,6 @@ def read_manifest(workdir: str) -> tuple[dict, list[Trial]]:
     )
   with open(path) as f:
     manifest = json.load(f)
-  trials = [Trial(t['name'], t['config'], t['overrides'], t['fixed']) for t in manifest['trials']]
+  trials = [Trial(t['name'], t['config'], t['overrides'], t['fixed'], t.get('label', ''))
+            for t in manifest['trials']]
   return manifest, trials
