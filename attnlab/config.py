@@ -1,198 +1,21 @@
 """Typed, validated views of the ml-collections config.
 
-Each config group maps one-to-one onto a frozen dataclass. The dataclasses have no defaults:
-every default lives in configs/base.py, so a key missing from a config is an error naming it.
-`parse(config)` checks every group before anything is compiled: an unknown key or a value
-outside its choices raises `ConfigError` naming the dotted key and the valid choices.
+Each config group maps one-to-one onto a frozen dataclass (the `model` group's are in
+attnlab/model_config.py, the checks they share in attnlab/config_fields.py). The dataclasses
+have no defaults: every default lives in configs/base.py, so a key missing from a config is an
+error naming it. `parse(config)` checks every group before anything is compiled: an unknown key
+or a value outside its choices raises `ConfigError` naming the dotted key and the valid choices.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
-from typing import Any
 
 import ml_collections
 
-from attnlab.errors import UserError
-
-
-class ConfigError(UserError):
-  """A config key or value that attnlab cannot run with."""
-
-
-def check_choice(key: str, value: Any, choices) -> None:
-  if value not in choices:
-    listed = ', '.join(sorted(str(c) for c in choices))
-    raise ConfigError(f'{key}={value!r} is not valid; choose from {listed}')
-
-
-def _check_positive(key: str, value: Any, allow_zero: bool = False) -> None:
-  ok = isinstance(value, int) and not isinstance(value, bool)
-  ok = ok and (value >= 0 if allow_zero else value > 0)
-  if not ok:
-    raise ConfigError(f'{key}={value!r} must be a {"non-negative" if allow_zero else "positive"}'
-                      ' integer')
-
-
-def from_group(cls, group: Mapping[str, Any], prefix: str):
-  """Builds dataclass `cls` from a config group; an unknown or missing key names the dotted key."""
-  values = dict(group.items()) if hasattr(group, 'items') else dict(group)
-  fields = {f.name: f for f in dataclasses.fields(cls)}
-  join = lambda name: f'{prefix}.{name}' if prefix else name
-  unknown = sorted(set(values) - set(fields))
-  if unknown:
-    where = f'{prefix} has' if prefix else 'top-level keys are'
-    raise ConfigError(f'unknown config key {join(unknown[0])}; {where} '
-                      f'{", ".join(sorted(fields))}')
-  kwargs = {}
-  for name in fields:
-    if name not in values:  # every default lives in configs/base.py, nowhere else
-      raise ConfigError(f'missing config key {join(name)}; configs/base.py defines every key')
-    value = values[name]
-    nested = getattr(cls, '_nested', {}).get(name)
-    if nested is not None:
-      value = from_group(nested, value, join(name))
-    elif isinstance(value, list):
-      value = tuple(value)
-    kwargs[name] = value
-  obj = cls(**kwargs)
-  obj.validate(prefix)
-  return obj
-
-
-def _model_registries():
-  """The model choices, each registered once next to its implementation in attnlab/models.
-
-  Imported on first validation, not with this module: they import JAX and Flax (~0.7 s), which
-  `import attnlab.config` (read by sweeps and launchers) does not need.
-  """
-  from attnlab.models import (
-    attention,
-    decoder,
-    encoder,
-    factory,
-    matmul,
-    recurrent,
-    scoring,
-    transformer,
-  )
-
-  return {'model.kind': factory.MODEL_KINDS, 'model.cell': recurrent.CELLS,
-          'model.dtype': tuple(matmul.MODEL_DTYPES),
-          'model.bridge': encoder.BRIDGES, 'model.attention.score': scoring.SCORES,
-          'model.attention.timing': decoder.TIMINGS, 'model.attention.window': attention.WINDOWS,
-          'model.transformer.norm': transformer.NORMS}
-
-
-@dataclasses.dataclass(frozen=True)
-class AttentionConfig:
-  score: str
-  timing: str
-  input_feeding: bool
-  window: str
-  window_radius: int
-  num_heads: int
-  max_source_length: int
-  concat_bias: bool
-
-  @property
-  def attends(self) -> bool:
-    """Whether the decoder computes attention weights (timing bahdanau or luong; none and
-    fixed read the source without them)."""
-    from attnlab.models import decoder
-
-    return self.timing in decoder.ATTENDING_TIMINGS
-
-  def describe_no_attention(self) -> str:
-    """How a decoder without attention reads the source, in a few words (console, explorer)."""
-    if self.timing == 'fixed':
-      return 'no attention, a fixed context at every step (RNNencdec)'
-    return 'no attention'
-
-  def validate(self, prefix: str = 'model.attention') -> None:
-    choices = _model_registries()
-    for key in ('score', 'timing', 'window'):
-      check_choice(f'{prefix}.{key}', getattr(self, key), choices[f'model.attention.{key}'])
-    _check_positive(f'{prefix}.window_radius', self.window_radius)
-    _check_positive(f'{prefix}.num_heads', self.num_heads)
-    _check_positive(f'{prefix}.max_source_length', self.max_source_length, allow_zero=True)
-    if self.score == 'location' and self.max_source_length <= 0:
-      raise ConfigError(f'{prefix}.score=location needs {prefix}.max_source_length > 0 (one '
-                        'score per source position, Luong 2015)')
-    if self.concat_bias and self.score != 'concat':
-      raise ConfigError(f'{prefix}.concat_bias=True adds a bias to the concat score; with '
-                        f'{prefix}.score={self.score!r} set {prefix}.concat_bias=False')
-    if self.input_feeding and self.timing != 'luong':
-      raise ConfigError(f'{prefix}.input_feeding=True feeds h~_(t-1) into a Luong decoder; with '
-                        f'{prefix}.timing={self.timing!r} set {prefix}.input_feeding=False')
-    if not self.attends and (self.window != 'global' or self.num_heads > 1):
-      raise ConfigError(f'{prefix}.timing={self.timing} has no attention; leave '
-                        f'{prefix}.window=global and {prefix}.num_heads=1')
-    if self.num_heads > 1 and self.window != 'global':
-      raise ConfigError(f'{prefix}.num_heads={self.num_heads} supports {prefix}.window=global '
-                        f'only (got {self.window!r})')
-    if self.num_heads > 1 and self.score not in ('scaled_dot',):
-      raise ConfigError(f'{prefix}.num_heads={self.num_heads} uses multi-head scaled-dot '
-                        f'attention; set {prefix}.score=scaled_dot (got {self.score!r})')
-
-
-@dataclasses.dataclass(frozen=True)
-class TransformerConfig:
-  num_heads: int
-  mlp_dim: int
-  norm: str
-  max_length: int
-
-  def validate(self, prefix: str = 'model.transformer') -> None:
-    _check_positive(f'{prefix}.num_heads', self.num_heads)
-    _check_positive(f'{prefix}.mlp_dim', self.mlp_dim)
-    _check_positive(f'{prefix}.max_length', self.max_length)
-    check_choice(f'{prefix}.norm', self.norm, _model_registries()['model.transformer.norm'])
-
-
-@dataclasses.dataclass(frozen=True)
-class ModelConfig:
-  kind: str
-  embed_dim: int
-  hidden_size: int
-  encoder_layers: int
-  decoder_layers: int
-  dropout: float
-  dtype: str
-  cell: str
-  bidirectional: bool
-  bridge: str
-  attention: AttentionConfig
-  transformer: TransformerConfig
-
-  _nested = {'attention': AttentionConfig, 'transformer': TransformerConfig}
-
-  def validate(self, prefix: str = 'model') -> None:
-    choices = _model_registries()
-    for key in ('kind', 'cell', 'bridge', 'dtype'):
-      check_choice(f'{prefix}.{key}', getattr(self, key), choices[f'model.{key}'])
-    for key in ('embed_dim', 'hidden_size', 'encoder_layers', 'decoder_layers'):
-      _check_positive(f'{prefix}.{key}', getattr(self, key))
-    if not 0.0 <= float(self.dropout) < 1.0:
-      raise ConfigError(f'{prefix}.dropout={self.dropout!r} must be in [0, 1)')
-    if self.kind == 'rnn':
-      if self.bidirectional and self.hidden_size % 2:
-        raise ConfigError(f'{prefix}.hidden_size={self.hidden_size} must be even with '
-                          f'{prefix}.bidirectional=True (each direction gets H/2 units)')
-      heads = self.attention.num_heads
-      if self.hidden_size % heads:
-        raise ConfigError(f'{prefix}.attention.num_heads={heads} does not divide '
-                          f'{prefix}.hidden_size={self.hidden_size}')
-      if self.attention.timing == 'none' and self.bridge == 'zero':
-        raise ConfigError(f'{prefix}.attention.timing=none with {prefix}.bridge=zero leaves the '
-                          'decoder blind to the source; choose bridge from copy, dense')
-    else:
-      heads = self.transformer.num_heads
-      if self.hidden_size % heads:
-        raise ConfigError(f'{prefix}.transformer.num_heads={heads} does not divide '
-                          f'{prefix}.hidden_size={self.hidden_size}')
+from attnlab.config_fields import ConfigError, check_choice, check_positive, from_group
+from attnlab.model_config import ModelConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -225,16 +48,16 @@ class TaskConfig:
       lo_hi = getattr(self, key)
       if len(lo_hi) != 2 or not 0 < lo_hi[0] <= lo_hi[1]:
         raise ConfigError(f'{prefix}.{key}={lo_hi!r} must be (min, max) with 0 < min <= max')
-    _check_positive(f'{prefix}.num_train_examples', self.num_train_examples)
-    _check_positive(f'{prefix}.num_eval_examples', self.num_eval_examples)
+    check_positive(f'{prefix}.num_train_examples', self.num_train_examples)
+    check_positive(f'{prefix}.num_eval_examples', self.num_eval_examples)
     for key in ('train_files', 'eval_files', 'test_files'):
       paths = getattr(self, key)
       if len(paths) > 2 or not all(isinstance(p, str) and p for p in paths):
         raise ConfigError(f'{prefix}.{key}={paths!r} must be () or (path.tsv,) or '
                           '(source_path, target_path)')
     check_choice(f'{prefix}.tokenizer', self.tokenizer, vocab.TOKENIZERS)
-    _check_positive(f'{prefix}.text_vocab_size', self.text_vocab_size)
-    _check_positive(f'{prefix}.max_chars', self.max_chars)
+    check_positive(f'{prefix}.text_vocab_size', self.text_vocab_size)
+    check_positive(f'{prefix}.max_chars', self.max_chars)
     if self.source_language == self.target_language:
       raise ConfigError(f'{prefix}.source_language and {prefix}.target_language are both '
                         f'{self.source_language!r}; choose two different languages')
@@ -260,8 +83,8 @@ class DataConfig:
 
     for key in ('global_batch_size', 'max_source_length', 'max_target_length', 'bucket_size',
                 'tokens_per_batch', 'num_buckets'):
-      _check_positive(f'{prefix}.{key}', getattr(self, key))
-    _check_positive(f'{prefix}.prefetch', self.prefetch, allow_zero=True)
+      check_positive(f'{prefix}.{key}', getattr(self, key))
+    check_positive(f'{prefix}.prefetch', self.prefetch, allow_zero=True)
     check_choice(f'{prefix}.batching', self.batching, BATCHINGS)
     longest = max(self.max_source_length, self.max_target_length)
     if self.batching == 'tokens' and self.tokens_per_batch < longest:
@@ -294,8 +117,8 @@ class OptimConfig:
   def validate(self, prefix: str = 'optim') -> None:
     check_choice(f'{prefix}.name', self.name, OPTIMIZERS)
     check_choice(f'{prefix}.schedule', self.schedule, SCHEDULES)
-    _check_positive(f'{prefix}.warmup_steps', self.warmup_steps, allow_zero=True)
-    _check_positive(f'{prefix}.plateau_patience', self.plateau_patience)
+    check_positive(f'{prefix}.warmup_steps', self.warmup_steps, allow_zero=True)
+    check_positive(f'{prefix}.plateau_patience', self.plateau_patience)
     if not (isinstance(self.plateau_factor, int | float) and 0 < self.plateau_factor < 1):
       raise ConfigError(f'{prefix}.plateau_factor={self.plateau_factor!r} must be in (0, 1): '
                         'the learning rate is multiplied by it on a plateau')
@@ -325,11 +148,11 @@ class TrainConfig:
     from attnlab import selection  # the metric registry (no JAX)
 
     for key in ('num_steps', 'log_every', 'eval_every', 'checkpoint_every', 'keep_checkpoints'):
-      _check_positive(f'{prefix}.{key}', getattr(self, key))
+      check_positive(f'{prefix}.{key}', getattr(self, key))
     if not 0.0 <= self.label_smoothing < 1.0:
       raise ConfigError(f'{prefix}.label_smoothing={self.label_smoothing!r} must be in [0, 1)')
     check_choice(f'{prefix}.select_metric', self.select_metric, selection.CHOICES)
-    _check_positive(f'{prefix}.patience', self.patience, allow_zero=True)
+    check_positive(f'{prefix}.patience', self.patience, allow_zero=True)
     factor = self.divergence_factor
     if not (isinstance(factor, int | float) and (factor == 0 or 1 < factor < math.inf)):
       raise ConfigError(f'{prefix}.divergence_factor={factor!r} must be 0 (off) or a finite '
@@ -351,9 +174,9 @@ class EvalConfig:
     from attnlab import search  # the registry of search methods (imports JAX, as models do)
 
     check_choice(f'{prefix}.search', self.search, search.METHODS)
-    _check_positive(f'{prefix}.beam_size', self.beam_size)
+    check_positive(f'{prefix}.beam_size', self.beam_size)
     for key in ('max_decode_length', 'max_examples', 'num_heatmaps', 'num_samples'):
-      _check_positive(f'{prefix}.{key}', getattr(self, key), allow_zero=True)
+      check_positive(f'{prefix}.{key}', getattr(self, key), allow_zero=True)
     for split in self.splits:
       check_choice(f'{prefix}.splits', split, ('eval', 'test'))
 
@@ -365,7 +188,7 @@ class ParallelConfig:
 
   def validate(self, prefix: str = 'parallel') -> None:
     check_choice(f'{prefix}.mode', self.mode, ('pmap', 'shard_map'))
-    _check_positive(f'{prefix}.num_devices', self.num_devices, allow_zero=True)
+    check_positive(f'{prefix}.num_devices', self.num_devices, allow_zero=True)
 
 
 @dataclasses.dataclass(frozen=True)

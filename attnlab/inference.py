@@ -35,7 +35,7 @@ import numpy as np
 from jax import lax
 
 from attnlab import evaluate, search
-from attnlab.config import ConfigError, check_choice
+from attnlab.config_fields import ConfigError, check_choice
 from attnlab.data.pipeline import pad_rows, padded_length
 from attnlab.data.vocab import split_text
 from attnlab.models import BOS_ID, UNK_ID

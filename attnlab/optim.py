@@ -39,7 +39,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from attnlab.config import ConfigError, OptimConfig, from_group
+from attnlab.config import OptimConfig
+from attnlab.config_fields import ConfigError, from_group
 
 Schedule = Callable[[jnp.ndarray | int], jnp.ndarray]
 

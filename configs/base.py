@@ -1,8 +1,9 @@
 """Every default of attnlab, documented in one place.
 
 Task files (`configs/<task>.py`) start from `get_config()` here and change what differs.
-Every group maps one-to-one onto a frozen dataclass in `attnlab/config.py`, so a misspelled
-key or an invalid choice fails before anything is compiled.
+Every group maps one-to-one onto a frozen dataclass in `attnlab/config.py` (the `model` group's
+in `attnlab/model_config.py`), so a misspelled key or an invalid choice fails before anything is
+compiled.
 
 Batch semantics: `data.global_batch_size` is the number of examples in one optimiser step,
 summed over all processes and devices. Each process loads global / process_count examples and

@@ -26,14 +26,15 @@ def model_config(*, attention=None, transformer=None, **fields):
   """The validated `model` group of configs/base.py with `fields` (and the nested `attention` /
   `transformer` keys) replaced: the one way tests build a ModelConfig, so defaults stay in
   configs/base.py."""
-  from attnlab import config as config_lib
+  from attnlab import config_fields
+  from attnlab.model_config import ModelConfig
   from configs import base
 
   group = base.get_config().model
   group.update(fields)
   group.attention.update(attention or {})
   group.transformer.update(transformer or {})
-  return config_lib.from_group(config_lib.ModelConfig, group, 'model')
+  return config_fields.from_group(ModelConfig, group, 'model')
 
 
 def parse_command_line(args):

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from attnlab import config as config_lib
-from attnlab import search
+from attnlab import model_config, search
 from attnlab.models import attention, decoder, factory, recurrent, scoring
 from configs import base
 
@@ -131,8 +131,9 @@ def test_missing_key_is_named_not_filled(group, key):
 def test_typed_views_have_no_defaults():
   import dataclasses
 
-  for cls in (config_lib.RunConfig, config_lib.ModelConfig, config_lib.AttentionConfig,
-              config_lib.OptimConfig, config_lib.TrainConfig, config_lib.EvalConfig):
+  for cls in (config_lib.RunConfig, model_config.ModelConfig, model_config.AttentionConfig,
+              model_config.TransformerConfig, config_lib.OptimConfig, config_lib.TrainConfig,
+              config_lib.EvalConfig):
     defaults = [f.name for f in dataclasses.fields(cls)
                 if f.default is not dataclasses.MISSING
                 or f.default_factory is not dataclasses.MISSING]

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 from conftest import model_config
 
-from attnlab.config import ConfigError, ModelConfig
+from attnlab.config import ConfigError
+from attnlab.model_config import ModelConfig
 from attnlab.models import decoder
 from attnlab.models.seq2seq import Seq2Seq
 

@@ -37,7 +37,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from attnlab.config import ModelConfig, check_choice
+from attnlab.config_fields import check_choice
+from attnlab.model_config import ModelConfig
 from attnlab.models import attention, matmul, recurrent, scoring
 
 # model.attention.timing: when the decoder attends (DecoderCell.core implements each). The

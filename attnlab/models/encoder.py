@@ -24,7 +24,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from attnlab.config import ModelConfig, check_choice
+from attnlab.config_fields import check_choice
+from attnlab.model_config import ModelConfig
 from attnlab.models import PAD_ID, matmul, recurrent
 
 BRIDGES = ('dense', 'copy', 'zero')  # model.bridge (Bridge)

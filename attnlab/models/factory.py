@@ -1,6 +1,7 @@
 """`build_model`: the one place a config becomes a model."""
 
-from attnlab.config import ModelConfig, check_choice
+from attnlab.config_fields import check_choice
+from attnlab.model_config import ModelConfig
 
 MODEL_KINDS = ('rnn', 'transformer')  # model.kind: models/seq2seq.py, models/transformer.py
 

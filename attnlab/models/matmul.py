@@ -37,7 +37,7 @@ import jax.numpy as jnp
 ACCUMULATION_DTYPE = jnp.float32
 
 # model.dtype -> (compute dtype of activations, operand dtype of weight matmuls). The one
-# definition of the choices (attnlab/config.py validates against it).
+# definition of the choices (attnlab/model_config.py validates against it).
 MODEL_DTYPES = {
   'float32': (jnp.float32, jnp.float32),
   'bfloat16': (jnp.bfloat16, jnp.bfloat16),

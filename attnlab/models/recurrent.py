@@ -27,7 +27,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from attnlab.config import check_choice
+from attnlab.config_fields import check_choice
 from attnlab.models import matmul
 
 CELLS = ('lstm', 'gru')  # model.cell (CellParams)

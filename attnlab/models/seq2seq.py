@@ -23,7 +23,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from attnlab.config import ModelConfig
+from attnlab.model_config import ModelConfig
 from attnlab.models import PAD_ID, matmul, recurrent
 from attnlab.models.decoder import DecoderCarry, DecoderCell, Memory, unroll
 from attnlab.models.encoder import Bridge, RNNEncoder, source_lengths

@@ -29,7 +29,8 @@ import flax.linen as nn
 import jax.numpy as jnp
 import numpy as np
 
-from attnlab.config import ModelConfig, check_choice
+from attnlab.config_fields import check_choice
+from attnlab.model_config import ModelConfig
 from attnlab.models import PAD_ID, matmul
 from attnlab.models import attention as attn_lib
 from attnlab.models.dropout import Dropout
