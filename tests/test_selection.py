@@ -195,37 +195,13 @@ def test_plateau_cuts_the_learning_rate_and_a_resumed_run_keeps_the_cut(tmp_path
   _assert_same_params(_params(resumed, 5), _params(full, 5))
 
 
-def test_a_cut_below_the_plateau_floor_ends_the_run_also_on_a_rerun(tmp_path, monkeypatch):
-  # No train.patience: cuts after steps 3 (x0.5) and 4 (x0.25); at step 5 the next cut
-  # (x0.125) would fall below plateau_min_scale 0.25, so the run stops there.
-  values = {1: 0.1, 2: 0.5, 3: 0.4, 4: 0.3, 5: 0.2, 6: 0.9, 7: 0.9, 8: 0.9}
-  overrides = {'train.num_steps': 8, 'train.eval_every': 1, 'train.log_every': 1,
-               'train.checkpoint_every': 1, 'train.keep_checkpoints': 10, 'train.patience': 0,
-               'optim.schedule': 'plateau', 'optim.plateau_patience': 1,
-               'optim.plateau_min_scale': 0.25, 'optim.warmup_steps': 0,
-               'task.num_eval_examples': 16}
-  script_eval_metric(monkeypatch, values, {})
-  workdir = str(tmp_path / 'run')
-  train.train_and_evaluate(smoke_config(**overrides), workdir)
-  saved = _final(workdir)
-  assert saved['trained_steps'] == 5 and saved['step'] == 2 and saved['selection']['stopped_early']
-  events = [json.loads(line) for line in open(os.path.join(workdir, 'metrics.jsonl'))]
-  peak = smoke_config(**overrides).optim.learning_rate
-  assert [e['learning_rate'] / peak for e in events if e['split'] == 'train'] == pytest.approx(
-      [1, 1, 1, 0.5, 0.25])
-
-  train.train_and_evaluate(smoke_config(**overrides), workdir)  # the same command again
-  assert _final(workdir)['trained_steps'] == 5
-  assert sum(json.loads(line)['split'] == 'train'
-             for line in open(os.path.join(workdir, 'metrics.jsonl'))) == 5
-
-
-def test_a_lower_floor_lets_a_run_stopped_there_go_on_as_if_set_from_the_start(
+def test_a_cut_below_the_plateau_floor_ends_the_run_and_a_lower_floor_lets_it_go_on(
     tmp_path, monkeypatch):
-  # Under floor 0.25 the run stops at step 5 with a cut due (as above). Resumed with floor
-  # 0.125 it makes that cut first (x0.125 from step 6), gains at step 6, and stops at step 7,
-  # where x0.0625 would fall below the new floor: the same learning rates and parameters as a
-  # run under floor 0.125 from the start.
+  # No train.patience: cuts after steps 3 (x0.5) and 4 (x0.25); at step 5 the next cut
+  # (x0.125) would fall below plateau_min_scale 0.25, so the run stops there, also when the
+  # same command runs again. Resumed under floor 0.125 it makes that cut first (x0.125 from
+  # step 6), gains at step 6 and stops at step 7, where x0.0625 would fall below the new floor:
+  # the learning rates and parameters of a run under floor 0.125 from the start.
   values = {1: 0.1, 2: 0.5, 3: 0.4, 4: 0.3, 5: 0.2, 6: 0.9, 7: 0.8, 8: 0.9}
   overrides = {'train.num_steps': 8, 'train.eval_every': 1, 'train.log_every': 1,
                'train.checkpoint_every': 1, 'train.keep_checkpoints': 10, 'train.patience': 0,
@@ -233,28 +209,32 @@ def test_a_lower_floor_lets_a_run_stopped_there_go_on_as_if_set_from_the_start(
                'optim.plateau_min_scale': 0.25, 'optim.warmup_steps': 0,
                'task.num_eval_examples': 16}
   lower = {**overrides, 'optim.plateau_min_scale': 0.125}
+  peak = smoke_config(**overrides).optim.learning_rate
 
   def learning_rates(workdir):
     events = [json.loads(line) for line in open(os.path.join(workdir, 'metrics.jsonl'))]
-    return [e['learning_rate'] for e in events if e['split'] == 'train']
+    return [e['learning_rate'] / peak for e in events if e['split'] == 'train']
 
   script_eval_metric(monkeypatch, values, {})
+  workdir = str(tmp_path / 'run')
+  train.train_and_evaluate(smoke_config(**overrides), workdir)
+  saved = _final(workdir)
+  assert saved['trained_steps'] == 5 and saved['step'] == 2 and saved['selection']['stopped_early']
+  assert learning_rates(workdir) == pytest.approx([1, 1, 1, 0.5, 0.25])
+  train.train_and_evaluate(smoke_config(**overrides), workdir)  # the same command again
+  assert _final(workdir)['trained_steps'] == 5 and len(learning_rates(workdir)) == 5
+
+  with pytest.raises(errors.UserError, match='optim.plateau_min_scale'):
+    train.train_and_evaluate(smoke_config(**lower), workdir)  # a changed config is refused
+  train.train_and_evaluate(smoke_config(**lower), workdir,
+                           allow_config_change=('optim.plateau_min_scale',))
   full = str(tmp_path / 'full')
   train.train_and_evaluate(smoke_config(**lower), full)
-  peak = smoke_config(**lower).optim.learning_rate
-  assert learning_rates(full) == pytest.approx([peak * f for f in (1, 1, 1, .5, .25, .125, .125)])
-  assert _final(full)['trained_steps'] == 7 and _final(full)['step'] == 6
-
-  resumed = str(tmp_path / 'resumed')
-  train.train_and_evaluate(smoke_config(**overrides), resumed)
-  assert _final(resumed)['trained_steps'] == 5
-  with pytest.raises(errors.UserError, match='optim.plateau_min_scale'):
-    train.train_and_evaluate(smoke_config(**lower), resumed)  # a changed config is refused
-  train.train_and_evaluate(smoke_config(**lower), resumed,
-                           allow_config_change=('optim.plateau_min_scale',))
-  assert learning_rates(resumed) == learning_rates(full)
-  assert _final(resumed)['trained_steps'] == 7 and _final(resumed)['step'] == 6
-  _assert_same_params(_params(resumed, 7), _params(full, 7))
+  assert learning_rates(full) == pytest.approx([1, 1, 1, .5, .25, .125, .125])
+  assert learning_rates(workdir) == learning_rates(full)
+  assert _final(workdir)['trained_steps'] == _final(full)['trained_steps'] == 7
+  assert _final(workdir)['step'] == _final(full)['step'] == 6
+  _assert_same_params(_params(workdir, 7), _params(full, 7))
 
 
 def test_a_run_killed_before_its_first_checkpoint_starts_again_cleanly(tmp_path, monkeypatch):
