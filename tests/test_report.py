@@ -3,6 +3,7 @@
 import csv
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -309,6 +310,15 @@ def test_labels_from_the_experiment_name_rows_and_keep_the_settings_beside(tmp_p
   assert [(r['variant'], r['settings']) for r in rows] == [
     ('timing=luong', 'timing=luong'), ('timing=bahdanau', 'timing=bahdanau'),
     ('no attention', 'timing=none')]
+
+
+def test_trials_without_a_directory_are_listed_as_new_with_what_that_means(tmp_path):
+  root = make_sweep(str(tmp_path))
+  shutil.rmtree(os.path.join(root, _name('bahdanau', 1)))  # as an archive holds a running trial
+  text = open(report.write_report(root, plots=False)).read()
+  section = text[text.index('## Not finished'):]
+  assert 'New: no run of it in this directory.' in section
+  assert f'- `{_name("bahdanau", 1)}`: new' in section
 
 
 def test_report_needs_a_sweep_directory(tmp_path):

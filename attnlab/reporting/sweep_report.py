@@ -244,6 +244,10 @@ def markdown(
   others = [r for r in results if r.state not in ('finished', 'failed')]
   if others:
     lines += ['', '## Not finished', '']
+    if any(r.state == 'new' for r in others):
+      lines += ["New: no run of it in this directory. An archive (the sweep's --archive) holds "
+                "finished trials only, so one still running in the sweep's workdir shows as new "
+                'here.', '']
     lines += [f'- `{r.trial.name}`: {r.state}' for r in others]
   return '\n'.join(lines) + '\n'
 
