@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from conftest import model_config
+from jax.ad_checkpoint import print_saved_residuals
 
 from attnlab.config import ConfigError
 from attnlab.models import attention, scoring
@@ -121,6 +122,41 @@ def test_general_and_concat_keys_are_the_projection():
     keys = score.apply(variables, enc, method='project_keys')
     want = np.asarray(enc, np.float64) @ np.asarray(variables['params'][param]['kernel'])
     np.testing.assert_allclose(keys, want, rtol=1e-5, atol=1e-5)
+
+
+def test_concat_gradients_match_the_hand_derived_formula():
+  # e = v^T tanh(a), a_btsk = (q W_q)_btk + keys_bsk. With u = g * (1 - tanh(a)^2) * v
+  # (g = dL/de): dL/dkeys = sum_t u, dL/dW_q = q^T sum_s u, dL/dv = sum g tanh(a).
+  score, variables, q, enc = _init('concat')
+  keys = score.apply(variables, enc, method='project_keys')
+  g = np.asarray(jax.random.normal(jax.random.key(2), (B, T, S)), np.float64)
+  loss = lambda p, k: jnp.sum(score.apply({'params': p}, q, k) * g)
+  d_params, d_keys = jax.grad(loss, argnums=(0, 1))(variables['params'], keys)
+  params = jax.tree.map(lambda a: np.asarray(a, np.float64), variables['params'])
+  q64, keys64 = np.asarray(q, np.float64), np.asarray(keys, np.float64)
+  hidden = np.tanh((q64 @ params['w_q']['kernel'])[:, :, None, :] + keys64[:, None, :, :])
+  u = g[..., None] * (1 - hidden**2) * params['v']['kernel'][:, 0]
+  np.testing.assert_allclose(d_keys, u.sum(axis=1), rtol=1e-4, atol=1e-5)
+  np.testing.assert_allclose(
+    d_params['w_q']['kernel'], np.einsum('bth,btk->hk', q64, u.sum(axis=2)), rtol=1e-4, atol=1e-5
+  )
+  np.testing.assert_allclose(
+    d_params['v']['kernel'][:, 0], np.einsum('bts,btsk->k', g, hidden), rtol=1e-4, atol=1e-5
+  )
+
+
+def test_concat_backward_recomputes_the_tanh_instead_of_storing_it(capsys):
+  # The B x T x S x K tanh is a step's largest residual; stored, the backward pass is
+  # memory-bound (scoring.ConcatScore._energies). The same formula written inline stores it,
+  # which shows that the check sees such a residual.
+  score, variables, q, enc = _init('concat')
+  keys = score.apply(variables, enc, method='project_keys')
+  inline = lambda mdl, q, k: mdl.v(jnp.tanh(mdl.w_q(q)[:, :, None, :] + k[:, None, :, :]))[..., 0]
+  stored = f'f32[{B},{T},{S},{H}]'
+  for method, stores in ((None, False), (inline, True)):
+    apply = lambda p, k, method=method: score.apply({'params': p}, q, k, method=method)
+    print_saved_residuals(apply, variables['params'], keys)
+    assert (stored in capsys.readouterr().out) == stores, method
 
 
 @pytest.mark.parametrize('name', ['dot', 'scaled_dot'])
