@@ -152,6 +152,52 @@ def test_one_trial_and_unknown_trials(tmp_path):
     sweep.run_sweep(path, str(tmp_path / 's'), only='score=dot,seed=9', dry_run=True)
 
 
+def test_select_runs_the_matching_trials_of_a_whole_experiment(tmp_path, fake_python):
+  path = write_experiment(tmp_path, GRID.replace("'gneral'", "'concat'"))
+  workdir = str(tmp_path / 'sweep')
+  listing = io.StringIO()
+  assert sweep.run_sweep(path, workdir, dry_run=True, select='^score=general', out=listing) == 0
+  rows = [line.split() for line in listing.getvalue().splitlines() if line.strip()[:1].isdigit()]
+  assert [r[3] for r in rows] == ['score=general,seed=0', 'score=general,seed=1']
+  out = io.StringIO()
+  code = sweep.run_sweep(
+    path, workdir, select='general|concat', report=False, out=out, python=fake_python
+  )
+  assert code == 0, out.getvalue()
+  assert '5 trials, 0 finished (skipped), 3 to run (3 selected by --select=general|concat)' in (
+    out.getvalue()
+  )
+  ran = {n for n in os.listdir(workdir) if trial_dirs.trial_state(os.path.join(workdir, n))
+         == 'finished'}
+  assert ran == {'score=general,seed=0', 'score=general,seed=1', 'score=concat,seed=0'}
+  with open(os.path.join(workdir, 'sweep.json')) as f:  # the manifest holds every trial
+    assert len(json.load(f)['trials']) == 5
+  again = io.StringIO()  # the rest of the experiment runs later, from the same command
+  assert sweep.run_sweep(path, workdir, report=False, out=again, python=fake_python) == 0
+  assert '5 trials, 3 finished (skipped), 2 to run, 0 invalid' in again.getvalue()
+
+
+@pytest.mark.parametrize('pattern, message', [
+  ('seed=(', r"--select='seed=\(' is not a regular expression: missing \)"),
+  ('score=bad', "--select='score=bad' matches none of the 5 trials of .*exp.py; --dry_run"),
+])
+def test_a_bad_selection_is_one_error(tmp_path, pattern, message):
+  path = write_experiment(tmp_path, GRID)
+  with pytest.raises(SweepError, match=message):
+    sweep.run_sweep(path, str(tmp_path / 's'), select=pattern, dry_run=True)
+  assert not os.path.exists(tmp_path / 's')
+
+
+def test_a_selection_still_lists_the_experiments_invalid_trials(tmp_path):
+  out = io.StringIO()
+  code = sweep.run_sweep(
+    write_experiment(tmp_path, GRID), str(tmp_path / 's'), dry_run=True, select='seed=1', out=out
+  )
+  assert code == 1
+  rows = [line.split() for line in out.getvalue().splitlines() if line.strip()[:1].isdigit()]
+  assert [r[:2] for r in rows] == [['1', 'new'], ['3', 'new'], ['4', 'INVALID']]
+
+
 def _trials(*seeds):
   return [Trial(f'seed={s}', SMOKE, {'seed': s}, {}) for s in seeds]
 

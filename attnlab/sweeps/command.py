@@ -18,6 +18,11 @@ archive (commit it, or copy it to lasting storage), restoring its finished trial
 another experiment's archive beside ARCHIVE holds finished under the same resolved config is
 copied from there, not trained again (attnlab/sweeps/shared.py; --noshare trains it anyway).
 
+--select=REGEX runs only the trials whose name matches REGEX (re.search), e.g. --select=^g2p for
+the G2P half of experiments/local_global.py: an experiment can be run in parts, in the order a
+researcher needs its results. Restoring, archiving, sharing and the report still cover the whole
+experiment.
+
 --backend=slurm writes DIR/slurm_commands.txt, one line per unfinished trial (each runs this
 module with --trial=NAME), and prints the `sbatch` command of launch/slurm_sweep.sh that runs
 them as one job array; --submit submits it, with --sbatch_args (e.g. '--partition=gpu
@@ -27,6 +32,7 @@ them as one job array; --submit submits it, with --sbatch_args (e.g. '--partitio
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -57,6 +63,10 @@ _ARCHIVE = flags.DEFINE_string(
 _SHARE = flags.DEFINE_bool(
   'share', True, 'With --archive: copy the trials that another archive beside it holds finished '
   'under the same config instead of training them (attnlab/sweeps/shared.py).'
+)
+_SELECT = flags.DEFINE_string(
+  'select', None, 'Run only the trials whose name matches this regular expression (e.g. ^g2p); '
+  'restoring, archiving and the report still cover the whole experiment.'
 )
 _TRIAL = flags.DEFINE_string('trial', None, 'Run only this trial (name); used by slurm tasks.')
 _REPORT = flags.DEFINE_bool('report', True, 'Write the report when the trials are done.')
@@ -140,6 +150,22 @@ def relax_limits(trials, dirs, states, workdir, archive, out=None) -> None:
     _print(f'[{tags}] {trial.name}: {trial_dirs.describe_change(trial, old)}; {how}', out)
 
 
+def select_trials(trials, pattern: str, experiment_path: str):
+  """The trials whose name matches `pattern` (re.search); a SweepError if it is not a regular
+  expression or matches none."""
+  try:
+    regex = re.compile(pattern)
+  except re.error as e:
+    raise SweepError(f'--select={pattern!r} is not a regular expression: {e}') from None
+  chosen = [t for t in trials if regex.search(t.name)]
+  if not chosen:
+    raise SweepError(
+      f'--select={pattern!r} matches none of the {len(trials)} trials of {experiment_path}; '
+      '--dry_run lists them'
+    )
+  return chosen
+
+
 def copy_shared_trials(trials, configs, dirs, states, workdir, archive, out=None) -> None:
   """Copies the unfinished trials another experiment's archive holds finished under the same
   config (shared.copy_shared); a trial running in another process is left alone."""
@@ -163,6 +189,7 @@ def run_sweep(
   submit: bool = False,
   sbatch_args: str = '',
   only: str | None = None,
+  select: str | None = None,
   archive: str | None = None,
   share: bool = True,
   report: bool = True,
@@ -177,11 +204,14 @@ def run_sweep(
     trials = [t for t in trials if t.name == only]
     if not trials:
       raise SweepError(f'{experiment_path} has no trial {only!r}; --dry_run lists them')
+  chosen = trials if select is None else select_trials(trials, select, experiment_path)
   configs, errors = trials_lib.check_trials(trials)
   dirs = {t.name: sweep_runner.trial_dir(workdir, t) for t in trials}
   states = {t.name: trial_dirs.trial_state(dirs[t.name]) for t in trials}
   if dry_run:
-    describe(experiment, trials, workdir, states, configs, errors, out)
+    names = {t.name for t in chosen}
+    listed = [t for t in trials if t.name in names or t.name in errors]  # errors always show
+    describe(experiment, listed, workdir, states, configs, errors, out)
     return 1 if errors else 0
   for trial in trials:  # other settings are refused before anything is written
     trial_dirs.check_same_trial(dirs[trial.name], trial)
@@ -202,11 +232,12 @@ def run_sweep(
     if share:
       copy_shared_trials(valid, configs, dirs, states, workdir, archive, out)
   relax_limits(valid, dirs, states, workdir, archive, out)
-  todo = [t for t in trials if states[t.name] != 'finished' and t.name not in errors]
+  todo = [t for t in chosen if states[t.name] != 'finished' and t.name not in errors]
   skipped = sum(state == 'finished' for state in states.values())
+  selected = '' if select is None else f' ({len(chosen)} selected by --select={select})'
   _print(
     f'{experiment.name}: {len(trials)} trials, {skipped} finished (skipped), {len(todo)} to '
-    f'run, {len(errors)} invalid -> {workdir}',
+    f'run{selected}, {len(errors)} invalid -> {workdir}',
     out,
   )
   steps = {name: config.train.num_steps for name, config in configs.items()}
@@ -278,6 +309,7 @@ def main(argv):
       submit=_SUBMIT.value,
       sbatch_args=_SBATCH_ARGS.value,
       only=_TRIAL.value,
+      select=_SELECT.value,
       archive=_ARCHIVE.value,
       share=_SHARE.value,
       report=_REPORT.value,
