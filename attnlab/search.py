@@ -191,24 +191,16 @@ def greedy_search(
 
 
 def top_k(x_BxN: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
-  """`lax.top_k` over the last axis: same values and indices, ties to the lowest index.
+  """`lax.top_k` over the last axis (ties to the lowest index), behind an optimization barrier.
 
-  (lax.top_k also orders 0.0 before -0.0; here they tie.)
-
-  XLA:CPU lowers `lax.top_k` to a full sort of every row, which for beam search's W*V
-  candidates costs more than the decoder step; k rounds of argmax-and-mask are linear in N.
-  Large k falls back to `lax.top_k`. Entries must be finite (beam scores are: NEG_INF).
+  XLA:CPU runs `lax.top_k` as its TopK kernel only when the sort it lowers to is used through
+  one [:k] slice. Beam search also slices the values it gets to [:W]; XLA folds the two slices
+  into the sort's output, and the rewrite then falls back to a full stable sort of every row of
+  W * V candidates (9.6 s of a 10.5 s Bible-sized beam batch). The barrier keeps the slice
+  whole, so all three calls in a beam step run as TopK (tests/test_search.py checks the compiled
+  program; benchmarks/OPTIMISATIONS.md has the numbers).
   """
-  if k > 16:
-    return lax.top_k(x_BxN, k)
-  values, indices = [], []
-  for _ in range(k):
-    idx_B = jnp.argmax(x_BxN, axis=-1).astype(jnp.int32)
-    values.append(jnp.take_along_axis(x_BxN, idx_B[:, None], axis=-1)[:, 0])
-    indices.append(idx_B)
-    taken_BxN = jnp.arange(x_BxN.shape[-1], dtype=jnp.int32)[None, :] == idx_B[:, None]
-    x_BxN = jnp.where(taken_BxN, -jnp.inf, x_BxN)
-  return jnp.stack(values, axis=-1), jnp.stack(indices, axis=-1)
+  return lax.optimization_barrier(lax.top_k(x_BxN, k))
 
 
 def _take_rows(x_BxK: jax.Array, idx_BxJ: jax.Array) -> jax.Array:

@@ -242,6 +242,16 @@ def test_exhaustive_beam_finds_brute_force_best(alpha):
   assert beam_beats_greedy, 'the table should contain a greedy trap, or this test proves little'
 
 
+@pytest.mark.skipif(jax.default_backend() != 'cpu', reason='a property of XLA:CPU')
+def test_beam_steps_select_with_the_topk_kernel_not_a_full_sort():
+  # search.top_k: XLA:CPU runs lax.top_k as its TopK kernel only if the sorted output is sliced
+  # once; beam search's second slice made the W*V selection a full sort of every row (3x the
+  # time of a Bible-sized beam batch).
+  hlo = _beam.lower(jnp.asarray(_table(0, 4)), beam_size=3, alpha=0.6).compile().as_text()
+  assert hlo.count(' sort(') == 0
+  assert hlo.count('custom_call_target="TopK"') == 3  # the 2W candidates, finished, alive
+
+
 def test_greedy_equals_beam_size_one_for_any_length_penalty():
   table = jnp.asarray(_table(2, batch=6, eos_bias=1.0))
   greedy = _greedy(table)
