@@ -5,6 +5,7 @@ import os
 import shutil
 import sys
 import tempfile
+import textwrap
 
 # Must happen before jax is imported anywhere: parallel tests need 8 CPU devices.
 os.environ.setdefault('XLA_FLAGS', '--xla_force_host_platform_device_count=8')
@@ -68,6 +69,24 @@ def tiny_reverse_run(tmp_path_factory):
   workdir = str(tmp_path_factory.mktemp('tiny_reverse_run'))
   train.train_and_evaluate(config, workdir)
   return workdir
+
+
+# Sweep tests (test_sweep.py, test_sweep_select.py): an experiment file, and a grid of the smoke
+# config, 2 scores x 2 seeds plus one invalid trial (a misspelt score).
+def write_experiment(tmp_path, body, name='exp.py'):
+  path = tmp_path / name
+  path.write_text(textwrap.dedent(body))
+  return str(path)
+
+
+GRID = """
+BASE = 'configs/reverse.py:smoke'
+def sweep(add):
+  for score in ('dot', 'general'):
+    for seed in (0, 1):
+      add(**{'model.attention.score': score, 'seed': seed})
+  add(**{'model.attention.score': 'gneral', 'seed': 0})
+"""
 
 
 # Sweep runner tests (test_sweep.py, test_sweep_archive.py) run trials through this interpreter.
