@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: demo test lint bench-deps clean-venv
+.PHONY: demo test lint bench-deps clean-venv ablations
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,22 @@ TEST_WORKERS ?= 2
 test: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q -x -n $(TEST_WORKERS) --durations=15
+
+# Every converged ablation of results/README.md, each archived in results/<name> with its report.
+# Resumable: rerun after an interruption; on a fresh checkout the archives restore finished
+# trials. A failed experiment does not stop the next ones. Order: a sweep copies the trials an
+# earlier one finished (attnlab/sweeps/shared.py).
+# Sized for 2 CPU cores, one single-threaded trial per core; on an accelerator:
+# make ablations SWEEP_ENV= SWEEP_FLAGS=--parallel=1
+ABLATIONS ?= score_timing bottleneck heads score_timing_bible local_global
+SWEEP_ENV ?= XLA_FLAGS=--xla_cpu_multi_thread_eigen=false
+SWEEP_FLAGS ?= --parallel=2
+
+ablations: $(STAMP)
+	failed=0; for name in $(ABLATIONS); do \
+	  $(SWEEP_ENV) $(PY) -m attnlab.sweep experiments/$$name.py $(SWEEP_FLAGS) \
+	    --workdir=runs/$$name --archive=results/$$name || failed=1; \
+	done; exit $$failed
 
 lint: $(STAMP)
 	$(PY) -m ruff check . && $(PY) -m ruff format --check .

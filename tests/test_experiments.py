@@ -8,6 +8,7 @@ as the in-process check, and every variant must run the same seeds (paired compa
 import glob
 import json
 import os
+import subprocess
 
 import pytest
 from conftest import parse_command_line
@@ -100,3 +101,25 @@ def test_overlapping_trials_have_equal_configs_so_sweeps_share_them(monkeypatch)
   }
   assert radius == {('bible', 'local_m'): 10, ('bible', 'local_p'): 10,
                     ('g2p', 'local_m'): 3, ('g2p', 'local_p'): 3}
+
+
+def test_make_ablations_sweeps_every_archived_experiment_after_those_it_copies_from():
+  """`make ablations` runs each experiment whose COMMAND archives in results/, as that COMMAND
+  does, and every experiment after the ones it shares trials with (shared.py copies only what
+  an earlier sweep finished)."""
+  names = {os.path.relpath(path, REPO)[len('experiments/'):-3]: path for path in EXPERIMENTS}
+  archived = {name for name, path in names.items()
+              if f'--archive=results/{name}' in open(path).read()}
+  # PY=echo prints each sweep command instead of running it; -o: the venv stamp is not rebuilt.
+  run = subprocess.run(['make', '-s', 'ablations', 'PY=echo', '-o', '.venv/.installed'],
+                       cwd=REPO, capture_output=True, text=True, check=True)
+  order = []
+  for line in run.stdout.splitlines():
+    name = line.split('experiments/')[1].split('.py')[0]
+    assert line == (f'-m attnlab.sweep experiments/{name}.py --parallel=2 '
+                    f'--workdir=runs/{name} --archive=results/{name}')
+    order.append(name)
+  assert sorted(order) == sorted(archived)
+  for donor, sharer in [('bottleneck', 'score_timing_bible'), ('bottleneck', 'local_global'),
+                        ('score_timing', 'local_global')]:
+    assert order.index(donor) < order.index(sharer)
