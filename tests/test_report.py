@@ -195,6 +195,14 @@ attention_entropy | alignment_error_rate | params | tokens/s | wall/trial | CPU/
 | timing=none | 1/2 (1 failed) | 1/1 | 0.000 | -1.000 [-1.000, -1.000] | <0.0005 | – | – | – \
 | 800 | 1,500 | 0m30s | – |
 
+Test sequence accuracy by source length in tokens (Bahdanau et al. 2015, Fig. 2):
+
+| variant | 5-9 | 10-14 |
+|---|---|---|
+| timing=luong | 1.000 ± 0.000 | 0.750 ± 0.354 |
+| timing=bahdanau | 1.000 ± 0.000 | 0.750 ± 0.354 |
+| timing=none | 0.000 | 0.000 |
+
 ![metric](plots/reverse-metric.png)
 
 ![by_length](plots/reverse-by_length.png)

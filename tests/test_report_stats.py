@@ -124,11 +124,35 @@ def test_translation_sweeps_plot_and_tabulate_bleu_by_source_length_in_words(tmp
   assert [t.get_text() for t in ax.get_xticklabels()] == ['0-9', '10-19']
   [line] = ax.get_lines()[:1]
   assert line.get_ydata().tolist() == [21.0, 30.0]  # the seeds' mean per bucket
-  assert report.bleu_by_length_table([variant]) == [
+  assert report.by_length_table([variant]) == [
     '',
     'Test BLEU by source length in words (Bahdanau et al. 2015, Fig. 2):',
     '',
     '| variant | 0-9 | 10-19 |',
     '|---|---|---|',
     '| luong | 21.0 ± 1.4 | 30.0 ± 0.0 |',
+  ]
+
+
+def test_synthetic_sweeps_tabulate_sequence_accuracy_by_source_length_in_tokens():
+  def trial(seed, long_accuracy):
+    test = {'by_length': [
+      {'bucket': '0-4', 'count': 0, 'mean': None},  # empty: left out
+      {'bucket': '5-9', 'count': 40, 'mean': 1.0},
+      {'bucket': '40-44', 'count': 8, 'mean': long_accuracy},
+    ]}
+    t = sweep_results.Trial(f'seed={seed}', 'c.py', {'seed': seed}, {})
+    return sweep_results.TrialResult(t, '', 'finished', {}, {'test': test}, [], None)
+
+  none = sweep_results.Variant('c.py', 'none', {}, [trial(0, 0.25), trial(1, 0.5)])
+  luong = sweep_results.Variant('c.py', 'luong', {}, [trial(0, 1.0)])
+  # mean of 0.25 and 0.5; sample std sqrt(((0.125)^2 * 2) / 1) = 0.177
+  assert report.by_length_table([none, luong]) == [
+    '',
+    'Test sequence accuracy by source length in tokens (Bahdanau et al. 2015, Fig. 2):',
+    '',
+    '| variant | 5-9 | 40-44 |',
+    '|---|---|---|',
+    '| none | 1.000 ± 0.000 | 0.375 ± 0.177 |',
+    '| luong | 1.000 | 1.000 |',
   ]

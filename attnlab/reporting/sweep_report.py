@@ -231,7 +231,7 @@ def markdown(
         '',
         f'No {PREDICTIONS} in {len(missing)} finished trial(s): no significance test for them.',
       ]
-    lines += bleu_by_length_table(variants)
+    lines += by_length_table(variants)
     for kind, path in plots.get(group, {}).items():
       lines += ['', f'![{kind}]({path})']
     rows = [(v.label, seed, c) for v in variants for seed, c in v.verdicts()]
@@ -252,16 +252,19 @@ def markdown(
   return '\n'.join(lines) + '\n'
 
 
-def bleu_by_length_table(variants: list[Variant]) -> list[str]:
-  """Test BLEU per source-length bucket in words, mean ± std over seeds (translation only)."""
+def by_length_table(variants: list[Variant]) -> list[str]:
+  """The by-length plot's numbers (Bahdanau et al. 2015, Fig. 2), mean ± std over seeds: test
+  BLEU per source-length bucket in words for translation, else test sequence accuracy per
+  bucket in tokens."""
   bleu, series = report_plots.length_series(variants)
-  if not bleu or not series:
+  if not series:
     return []
   buckets = sorted({b for s in series.values() for b in s}, key=report_plots.bucket_start)
-  lines = ['', 'Test BLEU by source length in words (Bahdanau et al. 2015, Fig. 2):', '']
+  what, digits = (('BLEU', 'words'), 1) if bleu else (('sequence accuracy', 'tokens'), 3)
+  lines = ['', f'Test {what[0]} by source length in {what[1]} (Bahdanau et al. 2015, Fig. 2):', '']
   lines += ['| variant | ' + ' | '.join(buckets) + ' |', '|' + '---|' * (len(buckets) + 1)]
   for label, per_bucket in series.items():
-    cells = [_fmt(mean_std(per_bucket[b]), 1) if b in per_bucket else '–' for b in buckets]
+    cells = [_fmt(mean_std(per_bucket[b]), digits) if b in per_bucket else '–' for b in buckets]
     lines.append(f'| {label} | ' + ' | '.join(cells) + ' |')
   return lines
 
