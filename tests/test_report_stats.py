@@ -100,6 +100,12 @@ def test_ranking_follows_the_metric_direction():
 
 
 
+def _finished(seed, test):
+  """A finished trial of config c.py with these test metrics and no predictions."""
+  trial = sweep_results.Trial(f'seed={seed}', 'c.py', {'seed': seed}, {})
+  return sweep_results.TrialResult(trial, '', 'finished', {}, {'test': test}, [], None)
+
+
 def test_translation_sweeps_plot_and_tabulate_bleu_by_source_length_in_words(tmp_path, monkeypatch):
   from attnlab.reporting import plots as report_plots
 
@@ -112,8 +118,7 @@ def test_translation_sweeps_plot_and_tabulate_bleu_by_source_length_in_words(tmp
       ],
       'by_length': [{'bucket': '0-4', 'count': 5, 'mean': 0.0}],  # exact match: not plotted
     }
-    t = sweep_results.Trial(f'seed={seed}', 'c.py', {'seed': seed}, {})
-    return sweep_results.TrialResult(t, '', 'finished', {}, {'test': test}, [], None)
+    return _finished(seed, test)
 
   variant = sweep_results.Variant('c.py', 'luong', {}, [trial(0, 20.0), trial(1, 22.0)])
   figures = []
@@ -141,8 +146,7 @@ def test_synthetic_sweeps_tabulate_sequence_accuracy_by_source_length_in_tokens(
       {'bucket': '5-9', 'count': 40, 'mean': 1.0},
       {'bucket': '40-44', 'count': 8, 'mean': long_accuracy},
     ]}
-    t = sweep_results.Trial(f'seed={seed}', 'c.py', {'seed': seed}, {})
-    return sweep_results.TrialResult(t, '', 'finished', {}, {'test': test}, [], None)
+    return _finished(seed, test)
 
   none = sweep_results.Variant('c.py', 'none', {}, [trial(0, 0.25), trial(1, 0.5)])
   luong = sweep_results.Variant('c.py', 'luong', {}, [trial(0, 1.0)])

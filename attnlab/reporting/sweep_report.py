@@ -260,8 +260,8 @@ def by_length_table(variants: list[Variant]) -> list[str]:
   if not series:
     return []
   buckets = sorted({b for s in series.values() for b in s}, key=report_plots.bucket_start)
-  what, digits = (('BLEU', 'words'), 1) if bleu else (('sequence accuracy', 'tokens'), 3)
-  lines = ['', f'Test {what[0]} by source length in {what[1]} (Bahdanau et al. 2015, Fig. 2):', '']
+  metric, unit, digits = ('BLEU', 'words', 1) if bleu else ('sequence accuracy', 'tokens', 3)
+  lines = ['', f'Test {metric} by source length in {unit} (Bahdanau et al. 2015, Fig. 2):', '']
   lines += ['| variant | ' + ' | '.join(buckets) + ' |', '|' + '---|' * (len(buckets) + 1)]
   for label, per_bucket in series.items():
     cells = [_fmt(mean_std(per_bucket[b]), digits) if b in per_bucket else '–' for b in buckets]
