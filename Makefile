@@ -38,17 +38,28 @@ test: $(STAMP)
 # Resumable: rerun after an interruption; on a fresh checkout the archives restore finished
 # trials. A failed experiment does not stop the next ones. Order: a sweep copies the trials an
 # earlier one finished (attnlab/sweeps/shared.py).
+# ABLATION_WORKERS sweep processes go through the list side by side, each claiming the next
+# trial no other holds (attnlab/sweeps/claims.py): one that finds its experiment all claimed
+# goes on to the next while the other finishes, so no core idles at an experiment's end.
 # Sized for 2 CPU cores, one single-threaded trial per core; on an accelerator:
-# make ablations SWEEP_ENV= SWEEP_FLAGS=--parallel=1
+# make ablations ABLATION_WORKERS=1 SWEEP_ENV=
 ABLATIONS ?= score_timing bottleneck heads score_timing_bible local_global
+ABLATION_WORKERS ?= 2
 SWEEP_ENV ?= XLA_FLAGS=--xla_cpu_multi_thread_eigen=false
-SWEEP_FLAGS ?= --parallel=2
+SWEEP_FLAGS ?= --parallel=1
 
+# Background jobs of a script ignore Ctrl-C, so the trap passes it on as SIGTERM, on which each
+# sweep stops its trials as on Ctrl-C (a rerun resumes them).
 ablations: $(STAMP)
-	failed=0; for name in $(ABLATIONS); do \
-	  $(SWEEP_ENV) $(PY) -m attnlab.sweep experiments/$$name.py $(SWEEP_FLAGS) \
-	    --workdir=runs/$$name --archive=results/$$name || failed=1; \
-	done; exit $$failed
+	@for name in $(ABLATIONS); do test -f experiments/$$name.py \
+	  || { echo "error: no such file: experiments/$$name.py" >&2; exit 1; }; done
+	@trap 'trap "" INT TERM; kill -TERM 0; wait; exit 130' INT TERM; pids=; \
+	for worker in $$(seq $(ABLATION_WORKERS)); do \
+	  ( failed=0; for name in $(ABLATIONS); do \
+	      $(SWEEP_ENV) $(PY) -m attnlab.sweep experiments/$$name.py $(SWEEP_FLAGS) \
+	        --workdir=runs/$$name --archive=results/$$name || failed=1; \
+	    done; exit $$failed ) & pids="$$pids $$!"; \
+	done; failed=0; for pid in $$pids; do wait $$pid || failed=1; done; exit $$failed
 
 lint: $(STAMP)
 	$(PY) -m ruff check . && $(PY) -m ruff format --check .

@@ -92,7 +92,8 @@ def sweep(add):
 # Sweep runner tests (test_sweep.py, test_sweep_archive.py) run trials through this interpreter.
 FAKE_MAIN = """\
 #!{python}
-# Stands in for `python -m attnlab.main`: logs step 2, then finishes, fails or hangs.
+# Stands in for `python -m attnlab.main`: logs step 2, then finishes (after FAKE_SECONDS), fails
+# or hangs.
 import json, os, sys, time
 args = dict(a.split('=', 1) for a in sys.argv[3:])
 workdir = args['--workdir']
@@ -107,6 +108,7 @@ with open(os.path.join(workdir, 'metrics.jsonl'), 'a') as f:
 os.makedirs(os.path.join(workdir, 'checkpoints', '2'), exist_ok=True)
 if os.environ.get('FAKE_HANG') == '1':
   time.sleep(120)
+time.sleep(float(os.environ.get('FAKE_SECONDS', '0')))  # a trial that takes a while
 final = {{'step': 4, 'test': {{'sequence_accuracy': 0.5}}}}
 if seed == '1':  # a run that selected on WER and stopped early
   final = {{'step': 3, 'trained_steps': 4, 'selection': {{'metric': 'wer', 'stopped_early': True}},

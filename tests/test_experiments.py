@@ -5,10 +5,13 @@ here instead of hours into a sweep. The command line each trial runs must build 
 as the in-process check, and every variant must run the same seeds (paired comparisons).
 """
 
+import contextlib
 import glob
 import json
 import os
+import signal
 import subprocess
+import sys
 
 import pytest
 from conftest import parse_command_line
@@ -103,23 +106,74 @@ def test_overlapping_trials_have_equal_configs_so_sweeps_share_them(monkeypatch)
                     ('g2p', 'local_m'): 3, ('g2p', 'local_p'): 3}
 
 
+def _make_ablations(*settings):
+  # PY=echo prints each sweep command instead of running it; -o: the venv stamp is not rebuilt.
+  return subprocess.run(['make', '-s', 'ablations', 'PY=echo', '-o', '.venv/.installed',
+                         *settings], cwd=REPO, capture_output=True, text=True)
+
+
 def test_make_ablations_sweeps_every_archived_experiment_after_those_it_copies_from():
   """`make ablations` runs each experiment whose COMMAND archives in results/, as that COMMAND
   does, and every experiment after the ones it shares trials with (shared.py copies only what
-  an earlier sweep finished)."""
+  an earlier sweep finished); each of its worker processes goes through the whole list."""
   names = {os.path.relpath(path, REPO)[len('experiments/'):-3]: path for path in EXPERIMENTS}
   archived = {name for name, path in names.items()
               if f'--archive=results/{name}' in open(path).read()}
-  # PY=echo prints each sweep command instead of running it; -o: the venv stamp is not rebuilt.
-  run = subprocess.run(['make', '-s', 'ablations', 'PY=echo', '-o', '.venv/.installed'],
-                       cwd=REPO, capture_output=True, text=True, check=True)
+  run = _make_ablations('ABLATION_WORKERS=1')
+  assert run.returncode == 0, run.stderr
   order = []
   for line in run.stdout.splitlines():
     name = line.split('experiments/')[1].split('.py')[0]
-    assert line == (f'-m attnlab.sweep experiments/{name}.py --parallel=2 '
+    assert line == (f'-m attnlab.sweep experiments/{name}.py --parallel=1 '
                     f'--workdir=runs/{name} --archive=results/{name}')
     order.append(name)
   assert sorted(order) == sorted(archived)
   for donor, sharer in [('bottleneck', 'score_timing_bible'), ('bottleneck', 'local_global'),
                         ('score_timing', 'local_global')]:
     assert order.index(donor) < order.index(sharer)
+  workers = _make_ablations()  # the default: two workers, each through the whole list
+  assert workers.returncode == 0, workers.stderr
+  assert sorted(workers.stdout.splitlines()) == sorted(run.stdout.splitlines() * 2)
+
+
+def test_make_ablations_refuses_an_unknown_experiment_before_running_any():
+  run = _make_ablations('ABLATIONS=heads nope')
+  assert run.returncode != 0
+  assert run.stdout == ''  # not even heads ran
+  assert run.stderr.splitlines()[0] == 'error: no such file: experiments/nope.py'
+
+
+FAKE_SWEEP = """\
+#!{python}
+# Stands in for `python -m attnlab.sweep`: says it started, and on SIGTERM that it stopped.
+import os, signal, sys, time
+def say(what):  # one write: the two workers' lines must not interleave
+  os.write(1, f'{{what}} {{sys.argv[3]}}\\n'.encode())
+def stop(*_):
+  say('stopped')
+  sys.exit(1)
+signal.signal(signal.SIGTERM, stop)
+say('started')
+time.sleep(60)
+"""
+
+
+def test_ctrl_c_stops_every_worker_of_make_ablations(tmp_path):
+  """Background jobs of a script ignore SIGINT: the recipe must pass Ctrl-C on to the sweeps
+  (as SIGTERM, which they answer by stopping their trials), and start no later experiment."""
+  fake = tmp_path / 'python'
+  fake.write_text(FAKE_SWEEP.format(python=sys.executable))
+  fake.chmod(0o755)
+  make = subprocess.Popen(['make', '-s', 'ablations', f'PY={fake}', '-o', '.venv/.installed',
+                           'ABLATIONS=heads local_global'], cwd=REPO, start_new_session=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+  try:
+    lines = [make.stdout.readline().strip() for _ in range(2)]
+    assert lines == ['started experiments/heads.py'] * 2
+    os.killpg(make.pid, signal.SIGINT)  # what Ctrl-C in a terminal sends the foreground group
+    rest, _ = make.communicate(timeout=30)
+  finally:
+    with contextlib.suppress(ProcessLookupError):
+      os.killpg(make.pid, signal.SIGKILL)  # whatever a failure left running
+  assert rest.count('stopped experiments/heads.py') == 2, rest
+  assert 'local_global' not in rest

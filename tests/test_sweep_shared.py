@@ -4,10 +4,13 @@ experiment's archive holds finished under the same resolved config, instead of t
 import io
 import json
 import os
+import threading
+import time
 
 from attnlab import workdir as workdir_lib
+from attnlab.sweeps import claims, shared, trial_dirs
 from attnlab.sweeps import command as sweep
-from attnlab.sweeps import shared, trial_dirs
+from attnlab.sweeps import runner as sweep_runner
 from attnlab.sweeps import trials as trials_lib
 from attnlab.sweeps.trials import Trial
 
@@ -111,3 +114,44 @@ def test_configs_equal_only_when_every_key_is():
   assert shared.config_key(config.to_dict()) == shared.config_key(saved)
   saved['model']['attention']['window_radius'] += 1  # a key the global window ignores
   assert shared.config_key(config.to_dict()) != shared.config_key(saved)
+
+
+def test_a_trial_whose_config_trains_in_another_experiment_waits_and_is_copied(
+  tmp_path, fake_python, monkeypatch
+):
+  """Experiment A is training seed 0's config right now (it holds the claim): B trains seed 1,
+  waits for seed 0 instead of training it too, and copies it once A has archived it."""
+  path = tmp_path / 'b.py'
+  path.write_text(EXPERIMENT_B)
+  results, workdir = tmp_path / 'results', str(tmp_path / 'runs' / 'b')
+  [seed0, _] = trials_lib.load_experiment(str(path)).trials
+  configs, _ = trials_lib.check_trials([seed0])
+  donor_dir = str(tmp_path / 'runs' / 'bottleneck' / 'timing=luong,seed=0')
+  key = shared.config_key(configs[seed0.name].to_dict())
+  claim = claims.try_claim(claims.claim_path(workdir, key), donor_dir)
+  assert isinstance(claim, claims.Claim)
+  monkeypatch.setattr(sweep_runner, 'WAIT_RETRY_S', 0.05)
+  out, code = io.StringIO(), []
+  thread = threading.Thread(target=lambda: code.append(sweep.run_sweep(
+    str(path), workdir, archive=str(results / 'b'), report=False, out=out, python=fake_python)))
+  thread.start()
+  try:
+    deadline = time.monotonic() + 60
+    while not ('[wait] seed=0' in out.getvalue() and '[archived] seed=1' in out.getvalue()):
+      assert time.monotonic() < deadline, out.getvalue()
+      time.sleep(0.05)
+    assert thread.is_alive()  # seed 0 is still to come
+    # A finishes: it archives the trial, then lets go of the claim.
+    _finished_donor(str(results / 'bottleneck'), 'timing=luong,seed=0', {'seed': 0},
+                    {'optim.learning_rate': 0.01})
+  finally:
+    claim.release()
+  thread.join(timeout=60)
+  text = out.getvalue()
+  assert code == [0], text
+  assert (f'[wait] seed=0: the same config is training in {donor_dir}; copied from there when '
+          'it finishes') in text
+  assert '[shared] seed=0: finished as bottleneck/timing=luong,seed=0' in text
+  assert '[start] seed=0' not in text
+  assert trial_dirs.read_status(os.path.join(workdir, 'seed=0'))[shared.COPIED_FROM] == (
+    'bottleneck/timing=luong,seed=0')

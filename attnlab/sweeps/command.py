@@ -18,6 +18,13 @@ archive (commit it, or copy it to lasting storage), restoring its finished trial
 another experiment's archive beside ARCHIVE holds finished under the same resolved config is
 copied from there, not trained again (attnlab/sweeps/shared.py; --noshare trains it anyway).
 
+Several sweep processes can work on one sweep (on one host): run the same command again, and
+each starts only the trials it claims (attnlab/sweeps/claims.py). One that finds nothing left
+to claim ends while the other finishes its trials, so a queue of experiments run by two such
+processes keeps two cores busy where one process with --parallel=2 would idle one at the end of
+each experiment. A trial whose config another experiment beside this one is training waits for
+it and is copied.
+
 --select=REGEX runs only the trials whose name matches REGEX (re.search), e.g. --select=^g2p for
 the G2P half of experiments/local_global.py: an experiment can be run in parts, in the order a
 researcher needs its results. Restoring, archiving, sharing and the report still cover the whole
@@ -42,9 +49,9 @@ from absl import app, flags
 
 from attnlab import cli
 from attnlab.sweeps import archive as archive_lib
+from attnlab.sweeps import claims, slurm, trial_dirs
 from attnlab.sweeps import runner as sweep_runner
 from attnlab.sweeps import shared as shared_lib
-from attnlab.sweeps import trial_dirs
 from attnlab.sweeps import trials as trials_lib
 from attnlab.sweeps.trials import SweepError
 
@@ -179,6 +186,28 @@ def copy_shared_trials(trials, configs, dirs, states, workdir, archive, out=None
            'trained again', out)
 
 
+def prepare_workdir(experiment, backend, valid, configs, dirs, states, workdir, archive, *,
+                    share: bool, whole: bool, out=None) -> None:
+  """Writes the manifest, restores and archives finished trials, copies shared ones and relaxes
+  limits; updates `states`. `whole`: the sweep covers the experiment, not one --trial."""
+  if whole:
+    trials_lib.write_manifest(workdir, experiment, backend)
+  if archive:
+    if whole:
+      archive_lib.copy_manifest(workdir, archive)
+    restored, archived, outdated = archive_lib.sync(workdir, archive, valid)
+    states.update({name: 'finished' for name in restored})
+    if restored or archived or outdated:
+      _print(f'archive {archive}: {len(restored)} finished trials restored, '
+             f'{len(archived)} archived'
+             + (f', {len(outdated)} ended at a limit relaxed since (trained on)'
+                if outdated else ''),
+             out)
+    if share:
+      copy_shared_trials(valid, configs, dirs, states, workdir, archive, out)
+  relax_limits(valid, dirs, states, workdir, archive, out)
+
+
 def run_sweep(
   experiment_path: str,
   workdir: str,
@@ -215,23 +244,10 @@ def run_sweep(
     return 1 if errors else 0
   for trial in trials:  # other settings are refused before anything is written
     trial_dirs.check_same_trial(dirs[trial.name], trial)
-  if only is None:
-    trials_lib.write_manifest(workdir, experiment, backend)
   valid = [t for t in trials if t.name not in errors]
-  if archive:
-    if only is None:
-      archive_lib.copy_manifest(workdir, archive)
-    restored, archived, outdated = archive_lib.sync(workdir, archive, valid)
-    states.update({name: 'finished' for name in restored})
-    if restored or archived or outdated:
-      _print(f'archive {archive}: {len(restored)} finished trials restored, '
-             f'{len(archived)} archived'
-             + (f', {len(outdated)} ended at a limit relaxed since (trained on)'
-                if outdated else ''),
-             out)
-    if share:
-      copy_shared_trials(valid, configs, dirs, states, workdir, archive, out)
-  relax_limits(valid, dirs, states, workdir, archive, out)
+  with claims.sweep_lock(workdir):  # another sweep process on this workdir may be here too
+    prepare_workdir(experiment, backend, valid, configs, dirs, states, workdir, archive,
+                    share=share, whole=only is None, out=out)
   todo = [t for t in chosen if states[t.name] != 'finished' and t.name not in errors]
   skipped = sum(state == 'finished' for state in states.values())
   selected = '' if select is None else f' ({len(chosen)} selected by --select={select})'
@@ -241,6 +257,7 @@ def run_sweep(
     out,
   )
   steps = {name: config.train.num_steps for name, config in configs.items()}
+  sharing = bool(archive and share)
   runner = sweep_runner.LocalRunner(
     workdir,
     steps,
@@ -249,6 +266,10 @@ def run_sweep(
     progress_every=progress_every,
     python=python,
     out=out or sys.stdout,
+    # Shared trials are claimed by config: one claim for the same trial in every experiment.
+    claim_key=(lambda t: shared_lib.config_key(configs[t.name].to_dict())) if sharing else None,
+    copy_shared=(lambda t: shared_lib.copy_shared([t], configs, workdir, archive).get(t.name))
+    if sharing else None,
   )
   for trial in trials:
     if trial.name in errors:
@@ -259,8 +280,8 @@ def run_sweep(
     if not todo:
       _print('nothing to submit: every valid trial is finished', out)
       return 1 if errors else 0
-    commands = sweep_runner.write_slurm_commands(experiment_path, workdir, todo, archive=archive)
-    command, env = sweep_runner.slurm_submission(
+    commands = slurm.write_slurm_commands(experiment_path, workdir, todo, archive=archive)
+    command, env = slurm.slurm_submission(
       commands,
       shlex.split(sbatch_args),
       parallel=parallel,
@@ -277,15 +298,19 @@ def run_sweep(
       _print(f'not submitted (add --submit); it would run:\n{done.stdout.strip()}', out)
     return 0
   final = runner.run(todo)
-  failed = len(errors) + sum(state != 'finished' for state in final.values())
+  failed = len(errors) + sum(state not in ('finished', 'running') for state in final.values())
+  elsewhere = sum(state == 'running' for state in final.values())
+  if elsewhere:
+    _print(f'{elsewhere} trial(s) still running in another process, which finishes them', out)
   if report and only is None:
     from attnlab.reporting import (
       sweep_report as report_lib,  # matplotlib only when a report is written
     )
 
-    _print(f'report: {report_lib.write_report(workdir)}', out)
-    if archive:
-      _print(f'report: {report_lib.write_report(archive)}', out)
+    with claims.sweep_lock(workdir):  # one report at a time: the last one written is complete
+      _print(f'report: {report_lib.write_report(workdir)}', out)
+      if archive:
+        _print(f'report: {report_lib.write_report(archive)}', out)
   return 1 if failed else 0
 
 

@@ -1,7 +1,4 @@
-"""Runs the trials of a sweep: local subprocesses with a progress display, or a SLURM array.
-
-SLURM: `write_slurm_commands` lists one command per trial for launch/slurm_sweep.sh, which
-submits them as one job array (`slurm_submission`).
+"""Runs the trials of a sweep as local subprocesses, with a progress display (SLURM: slurm.py).
 
 Per trial directory DIR/NAME the runner keeps, next to what `attnlab.main` writes:
   sweep_status.json  {'status': running | finished | failed | interrupted, 'attempts', 'wall_s'
@@ -9,9 +6,10 @@ Per trial directory DIR/NAME the runner keeps, next to what `attnlab.main` write
                       'error_tail' (the last lines of the log), 'config', 'overrides'}
   sweep_log.txt      stdout and stderr of every attempt, appended
 A trial is finished when its final_metrics.json exists. Anything else is (re)started; the
-training loop resumes it from its latest checkpoint. Each trial's `attnlab.main` keeps what it
-compiles in the per-user compilation cache (attnlab/compilation_cache.py), so the seeds of a
-variant compile its programs once.
+training loop resumes it from its latest checkpoint. A trial is started only under its claim
+(attnlab/sweeps/claims.py), so several sweep processes on one workdir share the trials out.
+Each trial's `attnlab.main` keeps what it compiles in the per-user compilation cache
+(attnlab/compilation_cache.py), so the seeds of a variant compile its programs once.
 """
 
 from __future__ import annotations
@@ -24,10 +22,11 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from attnlab import workdir as workdir_lib
 from attnlab.sweeps import archive as archive_lib
+from attnlab.sweeps import claims
 from attnlab.sweeps.trial_dirs import (
   FINAL_FILE,
   LOG_FILE,
@@ -36,12 +35,13 @@ from attnlab.sweeps.trial_dirs import (
   resume_args,
   running_elsewhere,
   trial_dir,
+  trial_state,
   write_status,
 )
 from attnlab.sweeps.trials import PROJECT_ROOT, SweepError, Trial
 
-SLURM_SUBMIT = os.path.join(PROJECT_ROOT, 'launch', 'slurm_sweep.sh')
 _TAIL_LINES = 30
+WAIT_RETRY_S = 15.0  # between tries of a trial whose config another experiment is training
 _ERROR_LINE = re.compile(r'^(\w+\.)*\w*(Error|Exception|Exit|Interrupt)\b|^FATAL|^Killed')
 
 
@@ -111,6 +111,12 @@ class LocalRunner:
     archive: a folder that gets a copy of each trial as it finishes (attnlab/sweeps/archive.py).
     progress_every: seconds between progress lines (one also comes whenever a trial ends).
     python: the interpreter that runs `-m attnlab.main`.
+    claim_key: what names a trial's claim (claims.py): its resolved config where trials are
+      shared, by default its directory.
+    copy_shared: copies a trial that another experiment has finished under the same config
+      (shared.py) and returns where from, or None; tried once the trial is claimed.
+    retry_every: seconds between tries of a trial whose config another experiment is training
+      (default WAIT_RETRY_S).
   """
 
   def __init__(
@@ -125,6 +131,9 @@ class LocalRunner:
     python: str = sys.executable,
     out=sys.stdout,
     sleep=time.sleep,
+    claim_key: Callable[[Trial], str] | None = None,
+    copy_shared: Callable[[Trial], str | None] | None = None,
+    retry_every: float | None = None,
   ):
     if parallel < 1:
       raise SweepError(f'--parallel={parallel} must be >= 1')
@@ -132,7 +141,11 @@ class LocalRunner:
     self.archive = archive
     self.progress_every, self.poll, self.python, self.out = progress_every, poll, python, out
     self._sleep = sleep  # between polls of the running processes
-    self._running: dict[str, tuple[Trial, subprocess.Popen, float, int]] = {}
+    self.claim_key = claim_key or (lambda trial: os.path.abspath(trial_dir(workdir, trial)))
+    self.copy_shared = copy_shared
+    self.retry_every = WAIT_RETRY_S if retry_every is None else retry_every
+    self._running: dict[str, tuple[Trial, subprocess.Popen, float, int, claims.Claim]] = {}
+    self._waiting: dict[str, float] = {}  # trial name -> when to try it again
     self._counts = {'finished': 0, 'failed': 0}
 
   def _print(self, line: str) -> None:
@@ -156,15 +169,9 @@ class LocalRunner:
     self._print(f'[FAILED] {trial.name}: invalid config: {error}')
 
   def run(self, trials: Sequence[Trial]) -> dict[str, str]:
-    """Runs `trials` (none of them finished); returns name -> final state."""
-    queue, states = [], {}
-    for trial in trials:
-      pid = running_elsewhere(trial_dir(self.workdir, trial))
-      if pid:
-        states[trial.name] = 'running'
-        self._print(f'[skip] {trial.name}: still running as process {pid}; not started twice')
-      else:
-        queue.append(trial)
+    """Runs `trials` (none of them finished); returns name -> final state, 'running' for a
+    trial another process runs (that process finishes it)."""
+    queue, states = list(trials), {}
     self._total = len(trials)
     self._start = time.monotonic()
     self._done_steps_at_start = sum(self._steps_done(t) for t in trials)
@@ -172,21 +179,70 @@ class LocalRunner:
     try:
       while queue or self._running:
         while queue and len(self._running) < self.parallel:
-          self._launch(queue.pop(0))
-        ended = [name for name, (_, p, _, _) in self._running.items() if p.poll() is not None]
+          picked = self._claim_next(queue, states)
+          if picked is None:
+            break
+          self._launch(*picked)
+        ended = [name for name, (_, p, *_) in self._running.items() if p.poll() is not None]
         for name in ended:
           states[name] = self._finish(name)
         if ended or time.monotonic() - last_progress >= self.progress_every:
           self._print(self.progress_line(trials))
           last_progress = time.monotonic()
-        if self._running:
+        if self._running or queue:  # a queue left: trials waiting for another experiment
           self._sleep(self.poll)
     except KeyboardInterrupt:
       self._interrupt()
       raise
     return states
 
-  def _launch(self, trial: Trial) -> None:
+  def _claim_next(self, queue: list[Trial], states: dict) -> tuple[Trial, claims.Claim] | None:
+    """Takes the first trial of `queue` this process can start, claimed. On the way it drops
+    the trials another process runs or has finished, copies those another experiment has
+    finished, and leaves queued, to try again later, those whose config another experiment is
+    training now."""
+    now = time.monotonic()
+    for trial in list(queue):
+      if self._waiting.get(trial.name, now) > now:
+        continue
+      directory = trial_dir(self.workdir, trial)
+      pid = running_elsewhere(directory)  # a trial process that outlived its sweep
+      if pid:
+        queue.remove(trial)
+        states[trial.name] = 'running'
+        self._print(f'[skip] {trial.name}: still running as process {pid}; not started twice')
+        continue
+      claim = claims.try_claim(claims.claim_path(self.workdir, self.claim_key(trial)), directory)
+      if not isinstance(claim, claims.Claim):
+        if claim.get('trial_dir') == os.path.abspath(directory):
+          queue.remove(trial)
+          states[trial.name] = 'running'
+          self._print(f'[skip] {trial.name}: sweep process {claim.get("pid")} runs it')
+          continue
+        if trial.name not in self._waiting:
+          where = claim.get('trial_dir', 'another sweep')
+          self._print(f'[wait] {trial.name}: the same config is training in {where}; copied '
+                      'from there when it finishes')
+        self._waiting[trial.name] = now + self.retry_every
+        continue
+      # Claimed: what another process did before letting go is on disk now.
+      queue.remove(trial)
+      if trial_state(directory) == 'finished':
+        claim.release()
+        states[trial.name] = 'finished'
+        self._print(f'[skip] {trial.name}: finished by another sweep process')
+        continue
+      origin = self.copy_shared(trial) if self.copy_shared else None
+      if origin:
+        claim.release()
+        states[trial.name] = 'finished'
+        self._print(f'[shared] {trial.name}: finished as {origin} under the same config; '
+                    'copied, not trained again')
+        continue
+      return trial, claim
+    return None
+
+  def _launch(self, trial: Trial, claim: claims.Claim) -> None:
     directory = trial_dir(self.workdir, trial)
     os.makedirs(directory, exist_ok=True)
     status = read_status(directory)
@@ -225,11 +281,11 @@ class LocalRunner:
         'host': socket.gethostname(),
       },
     )
-    self._running[trial.name] = (trial, process, time.monotonic(), offset)
+    self._running[trial.name] = (trial, process, time.monotonic(), offset, claim)
     self._print(f'[start] {trial.name}{_resume_note(directory, killed)}')
 
   def _finish(self, name: str) -> str:
-    trial, process, started, offset = self._running.pop(name)
+    trial, process, started, offset, claim = self._running.pop(name)
     directory = trial_dir(self.workdir, trial)
     elapsed = time.monotonic() - started
     status = read_status(directory)
@@ -250,8 +306,10 @@ class LocalRunner:
       )
     write_status(directory, status)
     if self.archive and status['status'] == 'finished':
-      kept = archive_lib.archive_trial(self.workdir, self.archive, trial)
+      with claims.sweep_lock(self.workdir):  # not while another process restores the archive
+        kept = archive_lib.archive_trial(self.workdir, self.archive, trial)
       self._print(f'[archived] {trial.name} -> {kept}')
+    claim.release()  # only now: a trial of the same config elsewhere copies the archived one
     return status['status']
 
   def _result(self, directory: str) -> str:
@@ -272,7 +330,7 @@ class LocalRunner:
 
   def _interrupt(self) -> None:
     """Stops running trials and records them as interrupted (a rerun resumes them)."""
-    for name, (trial, process, started, _) in list(self._running.items()):
+    for name, (trial, process, started, _, claim) in list(self._running.items()):
       process.terminate()
       try:
         process.wait(timeout=30)
@@ -288,6 +346,7 @@ class LocalRunner:
         wall_s=status.get('wall_s', 0.0) + time.monotonic() - started,
       )
       write_status(directory, status)
+      claim.release()
       self._print(f'[interrupted] {name}; rerun the sweep to resume it')
     self._running.clear()
 
@@ -312,52 +371,3 @@ class LocalRunner:
       f'sweep {finished}/{self._total} done, {failed} failed, {len(self._running)} running'
       f' | steps {done}/{total} ({percent:.1f}%) | {duration(elapsed)} | at most {eta} left'
     )
-
-
-def write_slurm_commands(
-  experiment_path: str,
-  workdir: str,
-  trials: Sequence[Trial],
-  *,
-  python: str = sys.executable,
-  archive: str | None = None,
-) -> str:
-  """DIR/slurm_commands.txt for launch/slurm_sweep.sh: array task i runs line i+1.
-
-  Each line runs one trial through this runner (`attnlab.sweep ... --trial=NAME`), so status
-  files, logs, skipping and resuming work on the cluster as they do locally.
-  """
-  os.makedirs(workdir, exist_ok=True)
-  path = os.path.join(workdir, 'slurm_commands.txt')  # logs go to DIR/slurm_logs/
-  experiment, root = os.path.abspath(experiment_path), os.path.abspath(workdir)
-  with open(path, 'w') as f:
-    for trial in trials:
-      f.write(
-        shlex.join(
-          [
-            python,
-            '-m',
-            'attnlab.sweep',
-            experiment,
-            f'--workdir={root}',
-            f'--trial={trial.name}',
-            '--noreport',
-          ]
-          + ([f'--archive={os.path.abspath(archive)}'] if archive else [])
-        )
-        + '\n'
-      )
-  return path
-
-
-def slurm_submission(
-  commands_file: str, sbatch_args: Sequence[str], *, parallel: int, job_name: str, dry_run: bool
-) -> tuple[list[str], dict]:
-  """The launch/slurm_sweep.sh command (and its environment) that submits the job array."""
-  if not os.path.isfile(SLURM_SUBMIT):
-    raise SweepError(f'{SLURM_SUBMIT} is missing: it submits sweeps to SLURM')
-  command = ['bash', SLURM_SUBMIT] + (['--dry_run'] if dry_run else [])
-  env = {**os.environ, 'JOB_NAME': job_name}
-  if parallel > 0:
-    env['MAX_PARALLEL'] = str(parallel)
-  return command + [commands_file, *sbatch_args], env

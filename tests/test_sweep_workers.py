@@ -1,0 +1,104 @@
+"""Several sweep processes on one workdir (attnlab/sweeps/claims.py): each trial is started by
+exactly one of them, one that finds nothing left to claim ends without counting the others'
+trials as failed, and a claim dies with the process that held it."""
+
+import io
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+from conftest import write_experiment
+
+from attnlab.sweeps import claims, trial_dirs
+from attnlab.sweeps import command as sweep
+from attnlab.sweeps import trials as trials_lib
+
+SEEDS = """
+BASE = 'configs/reverse.py:smoke'
+def sweep(add):
+  for seed in {seeds}:
+    add(**{{'seed': seed}})
+"""
+
+
+def _attempts(directory) -> int:
+  with open(os.path.join(directory, trial_dirs.LOG_FILE)) as f:
+    return f.read().count('=== attempt')
+
+
+def test_two_sweep_processes_share_the_trials_out(tmp_path, fake_python, monkeypatch):
+  path = write_experiment(tmp_path, SEEDS.format(seeds=(0, 2, 3, 4, 5, 6)))
+  workdir = str(tmp_path / 'runs' / 'exp')
+  # Each trial takes 1.5 s: alone, one process would need 9 s for the six.
+  monkeypatch.setenv('FAKE_SECONDS', '1.5')
+  outs, codes = [io.StringIO(), io.StringIO()], [None, None]
+
+  def worker(i):
+    codes[i] = sweep.run_sweep(path, workdir, parallel=1, report=False, out=outs[i],
+                               python=fake_python)
+
+  threads = [threading.Thread(target=worker, args=(i,)) for i in range(2)]
+  for thread in threads:
+    thread.start()
+  for thread in threads:
+    thread.join(timeout=120)
+  assert codes == [0, 0], [out.getvalue() for out in outs]
+  started = [{line.split()[1] for line in out.getvalue().splitlines()
+              if line.startswith('[start] ')} for out in outs]
+  assert started[0] and started[1], [out.getvalue() for out in outs]  # both worked
+  assert not started[0] & started[1]  # and never on the same trial
+  assert started[0] | started[1] == {f'seed={s}' for s in (0, 2, 3, 4, 5, 6)}
+  for name in started[0] | started[1]:
+    directory = os.path.join(workdir, name)
+    assert trial_dirs.trial_state(directory) == 'finished'
+    assert _attempts(directory) == 1
+
+
+def test_a_trial_another_process_runs_is_left_to_it_not_failed(tmp_path, fake_python):
+  path = write_experiment(tmp_path, SEEDS.format(seeds=(0, 2)))
+  workdir = str(tmp_path / 'runs' / 'exp')
+  [held, free] = trials_lib.load_experiment(path).trials
+  held_dir = trial_dirs.trial_dir(workdir, held)
+  claim = claims.try_claim(claims.claim_path(workdir, os.path.abspath(held_dir)), held_dir)
+  assert isinstance(claim, claims.Claim)  # as the other sweep process holds it
+  out = io.StringIO()
+  try:
+    code = sweep.run_sweep(path, workdir, report=False, out=out, python=fake_python)
+  finally:
+    claim.release()
+  text = out.getvalue()
+  assert code == 0, text
+  assert f'[skip] seed=0: sweep process {os.getpid()} runs it' in text
+  assert '[start] seed=0' not in text and f'[start] {free.name}' in text
+  assert '1 trial(s) still running in another process, which finishes them' in text
+  # Once the claim is free the trial is this process's to run.
+  out = io.StringIO()
+  assert sweep.run_sweep(path, workdir, report=False, out=out, python=fake_python) == 0
+  assert '[start] seed=0' in out.getvalue()
+
+
+def test_a_claim_dies_with_its_process(tmp_path):
+  path, trial_dir = str(tmp_path / 'claims' / 'x.lock'), str(tmp_path / 'runs' / 'x')
+  holder = subprocess.Popen(
+    [sys.executable, '-c', textwrap.dedent(f"""
+      import sys, time
+      from attnlab.sweeps import claims
+      claim = claims.try_claim({path!r}, {trial_dir!r})
+      print(type(claim).__name__, flush=True)
+      time.sleep(60)
+    """)],
+    stdout=subprocess.PIPE, text=True,
+  )
+  try:
+    assert holder.stdout.readline().strip() == 'Claim'
+    seen = claims.try_claim(path, str(tmp_path / 'runs' / 'y'))
+    assert seen == {'trial_dir': os.path.abspath(trial_dir), 'pid': holder.pid,
+                    'host': seen['host']}
+  finally:
+    holder.kill()  # SIGKILL: no chance to let go; the kernel drops the lock
+    holder.wait()
+  mine = claims.try_claim(path, str(tmp_path / 'runs' / 'y'))
+  assert isinstance(mine, claims.Claim)
+  mine.release()
