@@ -153,5 +153,7 @@ def test_a_trial_whose_config_trains_in_another_experiment_waits_and_is_copied(
           'it finishes') in text
   assert '[shared] seed=0: finished as bottleneck/timing=luong,seed=0' in text
   assert '[start] seed=0' not in text
+  assert [line for line in text.splitlines() if line.startswith('sweep ')][-1].startswith(
+    'sweep 2/2 done, 0 failed, 0 running')  # the copy counts as done
   assert trial_dirs.read_status(os.path.join(workdir, 'seed=0'))[shared.COPIED_FROM] == (
     'bottleneck/timing=luong,seed=0')

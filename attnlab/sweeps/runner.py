@@ -176,6 +176,7 @@ class LocalRunner:
     self._start = time.monotonic()
     self._done_steps_at_start = sum(self._steps_done(t) for t in trials)
     last_progress = time.monotonic()
+    done_before = self._counts['finished'] + self._counts['failed']  # a line when it changes
     try:
       while queue or self._running:
         while queue and len(self._running) < self.parallel:
@@ -186,7 +187,9 @@ class LocalRunner:
         ended = [name for name, (_, p, *_) in self._running.items() if p.poll() is not None]
         for name in ended:
           states[name] = self._finish(name)
-        if ended or time.monotonic() - last_progress >= self.progress_every:
+        done_here = self._counts['finished'] + self._counts['failed']
+        if done_here != done_before or time.monotonic() - last_progress >= self.progress_every:
+          done_before = done_here
           self._print(self.progress_line(trials))
           last_progress = time.monotonic()
         if self._running or queue:  # a queue left: trials waiting for another experiment
@@ -230,12 +233,14 @@ class LocalRunner:
       if trial_state(directory) == 'finished':
         claim.release()
         states[trial.name] = 'finished'
+        self._counts['finished'] += 1
         self._print(f'[skip] {trial.name}: finished by another sweep process')
         continue
       origin = self.copy_shared(trial) if self.copy_shared else None
       if origin:
         claim.release()
         states[trial.name] = 'finished'
+        self._counts['finished'] += 1
         self._print(f'[shared] {trial.name}: finished as {origin} under the same config; '
                     'copied, not trained again')
         continue
