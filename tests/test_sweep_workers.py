@@ -2,6 +2,7 @@
 exactly one of them, one that finds nothing left to claim ends without counting the others'
 trials as failed, and a claim dies with the process that held it."""
 
+import fcntl
 import io
 import os
 import subprocess
@@ -102,3 +103,26 @@ def test_a_claim_dies_with_its_process(tmp_path):
   mine = claims.try_claim(path, str(tmp_path / 'runs' / 'y'))
   assert isinstance(mine, claims.Claim)
   mine.release()
+
+
+def test_data_is_prepared_under_a_lock_beside_the_workdir(tmp_path, fake_python, monkeypatch):
+  """Two workers (or two experiments on one task) would write the same TFDS files at once on
+  first use: each sweep prepares its datasets holding a lock the others wait on, even when it
+  runs one trial at a time."""
+  path = write_experiment(tmp_path, SEEDS.format(seeds=(0,)))
+  workdir = str(tmp_path / 'runs' / 'exp')
+  lock = claims.claim_path(str(tmp_path / 'runs' / 'other'), 'data')  # any sweep beside it
+  seen = []
+
+  def prepare(configs, todo, out=None):
+    with open(lock, 'a') as handle:
+      try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        seen.append('free')
+      except BlockingIOError:
+        seen.append('held')
+
+  monkeypatch.setattr(sweep, 'prepare_data', prepare)
+  assert sweep.run_sweep(path, workdir, parallel=1, report=False, out=io.StringIO(),
+                         python=fake_python) == 0
+  assert seen == ['held']

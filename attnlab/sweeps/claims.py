@@ -98,11 +98,21 @@ def try_claim(path: str, trial_dir: str) -> Claim | dict:
 
 
 @contextlib.contextmanager
-def sweep_lock(workdir: str) -> Iterator[None]:
-  """Blocks until this process alone holds the sweep's lock: for the steps two sweep processes
-  on one workdir must not interleave (restoring and archiving trials, writing the report)."""
-  path = claim_path(workdir, f'sweep {os.path.abspath(workdir)}')
+def _exclusive(path: str) -> Iterator[None]:
+  """Blocks until this process alone holds the lock file `path`."""
   os.makedirs(os.path.dirname(path), exist_ok=True)
   with open(path, 'a') as handle:  # closing the file lets go of the lock
     _flock(handle, blocking=True)
     yield
+
+
+def sweep_lock(workdir: str) -> contextlib.AbstractContextManager[None]:
+  """The steps two sweep processes on one workdir must not interleave: restoring and archiving
+  trials, writing the report."""
+  return _exclusive(claim_path(workdir, f'sweep {os.path.abspath(workdir)}'))
+
+
+def data_lock(workdir: str) -> contextlib.AbstractContextManager[None]:
+  """Preparing datasets: sweeps beside each other (two workers, or two experiments on one task)
+  would otherwise write the same TFDS files at once on first use."""
+  return _exclusive(claim_path(workdir, 'data'))

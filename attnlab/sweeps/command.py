@@ -110,7 +110,8 @@ def describe(experiment, selected, workdir, states, configs, errors, out=None) -
 
 
 def prepare_data(configs: dict, todo, out=None) -> None:
-  """Prepares each distinct dataset once before trials run side by side.
+  """Prepares each distinct dataset once before trials run side by side (--parallel, or other
+  sweep processes beside this one).
 
   Real tasks write their TFDS files on first use; two trials doing that at once would race on
   the same directory. Synthetic tasks cost nothing here (their splits are built lazily).
@@ -274,8 +275,9 @@ def run_sweep(
   for trial in trials:
     if trial.name in errors:
       runner.record_invalid(trial, errors[trial.name])
-  if todo and (parallel > 1 or backend == 'slurm'):
-    prepare_data(configs, todo, out)
+  if todo:  # before any trial: trials of this and of other sweep processes start side by side
+    with claims.data_lock(workdir):
+      prepare_data(configs, todo, out)
   if backend == 'slurm':
     if not todo:
       _print('nothing to submit: every valid trial is finished', out)
