@@ -1,6 +1,6 @@
 """Several sweep processes on one host share out trials: each claims a trial before starting it.
 
-Run the same sweep command twice (two shells, or `make ablations` with ABLATION_WORKERS=2) and
+Run the same sweep command twice (two shells, or `make ablations`: ABLATION_WORKERS=2) and
 the two processes divide the trials between them: a trial is started only by the process that
 holds its claim, an exclusive `flock` on one file per trial in WORKDIR/../.sweep_claims/. The
 kernel drops a claim when its process exits, however it exits, so a killed sweep leaves none
@@ -11,7 +11,9 @@ The claim is named by the trial's resolved config when the sweep shares trials
 (attnlab/sweeps/shared.py), so one file stands for the same config in every experiment whose
 workdir is beside this one (runs/bottleneck and runs/score_timing_bible). A trial whose config
 another experiment is training right now then waits for it and is copied when it finishes,
-instead of being trained twice. Without sharing the claim is named by the trial directory.
+instead of being trained twice. Without sharing the claim is named by the trial directory. The
+same folder holds the locks that serialize one sweep's setup and report (sweep_lock) and every
+sweep's dataset preparation (data_lock).
 
 Each claim file holds the JSON of its holder ({'trial_dir', 'pid', 'host'}) so the others can
 tell "another process runs this very trial" (leave it) from "another experiment trains the same
