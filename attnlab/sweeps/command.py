@@ -183,8 +183,7 @@ def copy_shared_trials(trials, configs, dirs, states, workdir, archive, out=None
   ]
   for name, origin in shared_lib.copy_shared(pending, configs, workdir, archive).items():
     states[name] = 'finished'
-    _print(f'[shared] {name}: finished as {origin} under the same config; copied, not '
-           'trained again', out)
+    _print(shared_lib.copied_line(name, origin), out)
 
 
 def prepare_workdir(experiment, backend, valid, configs, dirs, states, workdir, archive, *,

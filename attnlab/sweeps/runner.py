@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from attnlab import workdir as workdir_lib
 from attnlab.sweeps import archive as archive_lib
 from attnlab.sweeps import claims
+from attnlab.sweeps import shared as shared_lib
 from attnlab.sweeps.trial_dirs import (
   FINAL_FILE,
   LOG_FILE,
@@ -241,8 +242,7 @@ class LocalRunner:
         claim.release()
         states[trial.name] = 'finished'
         self._counts['finished'] += 1
-        self._print(f'[shared] {trial.name}: finished as {origin} under the same config; '
-                    'copied, not trained again')
+        self._print(shared_lib.copied_line(trial.name, origin))
         continue
       return trial, claim
     return None

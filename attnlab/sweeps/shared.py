@@ -30,6 +30,11 @@ from attnlab.sweeps.trials import Trial
 COPIED_FROM = 'copied_from'  # sweep_status.json key: OTHER/NAME, relative to the archives' root
 
 
+def copied_line(name: str, origin: str) -> str:
+  """What a sweep prints for a trial it copied instead of training."""
+  return f'[shared] {name}: finished as {origin} under the same config; copied, not trained again'
+
+
 def config_key(config: Mapping) -> str:
   """One string per distinct config: flattened dotted keys, JSON values (tuples as lists)."""
   return json.dumps(workdir_lib.flatten(json.loads(json.dumps(dict(config)))), sort_keys=True)
