@@ -14,6 +14,7 @@ from conftest import write_experiment
 
 from attnlab.sweeps import claims, trial_dirs
 from attnlab.sweeps import command as sweep
+from attnlab.sweeps import runner as sweep_runner
 from attnlab.sweeps import trials as trials_lib
 
 SEEDS = """
@@ -78,6 +79,40 @@ def test_a_trial_another_process_runs_is_left_to_it_not_failed(tmp_path, fake_py
   out = io.StringIO()
   assert sweep.run_sweep(path, workdir, report=False, out=out, python=fake_python) == 0
   assert '[start] seed=0' in out.getvalue()
+
+
+def test_progress_counts_the_trials_another_process_runs(tmp_path, fake_python, monkeypatch):
+  """With two workers on one sweep each progress line counts every trial of it: one that
+  another process runs shows as running there, then as done once it finished there."""
+  workdir = str(tmp_path / 'sweep')
+  held, free = (trials_lib.Trial(f'seed={s}', 'configs/reverse.py:smoke', {'seed': s}, {})
+                for s in (0, 2))
+  held_dir = trial_dirs.trial_dir(workdir, held)
+  os.makedirs(held_dir)
+  trial_dirs.write_status(held_dir, {'status': 'running'})
+  claim = claims.try_claim(claims.claim_path(workdir, os.path.abspath(held_dir)), held_dir)
+  monkeypatch.setenv('FAKE_SECONDS', '1.5')  # the free trial runs while the held one ends
+
+  def finish_there():
+    with open(os.path.join(held_dir, trial_dirs.FINAL_FILE), 'w') as f:
+      f.write('{}')
+    trial_dirs.write_status(held_dir, {'status': 'finished'})
+
+  timer = threading.Timer(0.7, finish_there)
+  out = io.StringIO()
+  runner = sweep_runner.LocalRunner(workdir, {'seed=0': 4, 'seed=2': 4}, poll=0.02,
+                                    progress_every=0.2, python=fake_python, out=out)
+  timer.start()
+  try:
+    assert runner.run([held, free]) == {'seed=0': 'running', 'seed=2': 'finished'}
+  finally:
+    timer.join()
+    claim.release()
+  progress = [line.split(' | ')[0] for line in out.getvalue().splitlines()
+              if line.startswith('sweep ')]
+  assert progress[0] == 'sweep 0/2 done, 0 failed, 2 running (1 in another process)'
+  assert 'sweep 1/2 done, 0 failed, 1 running' in progress  # the other process finished it
+  assert progress[-1] == 'sweep 2/2 done, 0 failed, 0 running'
 
 
 def test_a_claim_dies_with_its_process(tmp_path):

@@ -148,6 +148,9 @@ class LocalRunner:
     self._running: dict[str, tuple[Trial, subprocess.Popen, float, int, claims.Claim]] = {}
     self._waiting: dict[str, float] = {}  # trial name -> when to try it again
     self._counts = {'finished': 0, 'failed': 0}
+    # Trials left to another process (or to a trial process that outlived its sweep): their
+    # state is read from disk, so the progress counts them when they end there.
+    self._elsewhere: dict[str, str] = {}  # trial name -> its directory
 
   def _print(self, line: str) -> None:
     print(line, file=self.out, flush=True)
@@ -177,7 +180,7 @@ class LocalRunner:
     self._start = time.monotonic()
     self._done_steps_at_start = sum(self._steps_done(t) for t in trials)
     last_progress = time.monotonic()
-    done_before = self._counts['finished'] + self._counts['failed']  # a line when it changes
+    done_before = self._ended()  # a progress line whenever it changes
     try:
       while queue or self._running:
         while queue and len(self._running) < self.parallel:
@@ -188,7 +191,7 @@ class LocalRunner:
         ended = [name for name, (_, p, *_) in self._running.items() if p.poll() is not None]
         for name in ended:
           states[name] = self._finish(name)
-        done_here = self._counts['finished'] + self._counts['failed']
+        done_here = self._ended()
         if done_here != done_before or time.monotonic() - last_progress >= self.progress_every:
           done_before = done_here
           self._print(self.progress_line(trials))
@@ -214,6 +217,7 @@ class LocalRunner:
       if pid:
         queue.remove(trial)
         states[trial.name] = 'running'
+        self._elsewhere[trial.name] = directory
         self._print(f'[skip] {trial.name}: still running as process {pid}; not started twice')
         continue
       claim = claims.try_claim(claims.claim_path(self.workdir, self.claim_key(trial)), directory)
@@ -221,6 +225,7 @@ class LocalRunner:
         if claim.get('trial_dir') == os.path.abspath(directory):
           queue.remove(trial)
           states[trial.name] = 'running'
+          self._elsewhere[trial.name] = directory
           self._print(f'[skip] {trial.name}: sweep process {claim.get("pid")} runs it')
           continue
         if trial.name not in self._waiting:
@@ -364,15 +369,33 @@ class LocalRunner:
   def progress_line(self, trials: Sequence[Trial]) -> str:
     """`sweep 3/8 done, 1 failed, 2 running | steps 4500/12000 (37.5%) | 5m02s | at most 8m20s
     left`: a finished trial counts its whole step cap, the others are assumed to run to theirs,
-    so trials that stop early only make the sweep end sooner."""
+    so trials that stop early only make the sweep end sooner. The counts include the trials
+    another sweep process runs (`2 running (1 in another process)`)."""
     total = sum(self.total_steps.get(t.name, 0) for t in trials)
     done = sum(self._steps_done(t) for t in trials)
     elapsed = time.monotonic() - self._start
     rate = (done - self._done_steps_at_start) / elapsed if elapsed > 0 else 0.0
     eta = duration((total - done) / rate) if rate > 0 else '?'  # at the rate since the start
-    finished, failed = self._counts['finished'], self._counts['failed']
+    counts = self._all_counts()
+    running = f"{counts['running']} running"
+    if counts['running'] > len(self._running):
+      running += f" ({counts['running'] - len(self._running)} in another process)"
     percent = 100.0 * done / total if total else 100.0
     return (
-      f'sweep {finished}/{self._total} done, {failed} failed, {len(self._running)} running'
+      f"sweep {counts['finished']}/{self._total} done, {counts['failed']} failed, {running}"
       f' | steps {done}/{total} ({percent:.1f}%) | {duration(elapsed)} | at most {eta} left'
     )
+
+  def _all_counts(self) -> dict[str, int]:
+    """finished / failed / running over the trials of this sweep, wherever they run: this
+    process's own, and those it left to another process as they stand on disk now."""
+    counts = {**self._counts, 'running': len(self._running)}
+    for directory in self._elsewhere.values():
+      state = trial_state(directory)
+      if state in counts:  # not an interrupted one: nobody runs it now
+        counts[state] += 1
+    return counts
+
+  def _ended(self) -> int:
+    counts = self._all_counts()
+    return counts['finished'] + counts['failed']
