@@ -4,6 +4,7 @@ stand-in interpreter), SLURM scripts, and a real four-trial sweep of the smoke c
 import io
 import json
 import os
+import re
 import shlex
 import socket
 import subprocess
@@ -159,6 +160,7 @@ def test_interrupted_trials_resume(tmp_path, fake_python, monkeypatch):
   status = sweep_runner.read_status(directory)
   assert status['attempts'] == 2 and status['wall_s'] >= 0
   assert '[start] seed=5 (resuming from checkpoint step 2)' in out.getvalue()
+  assert re.search(r'\[done\] seed=5 in \S+ \(\S+ over 2 attempts\) \| test', out.getvalue())
   with open(os.path.join(directory, sweep_runner.LOG_FILE)) as f:
     assert f.read().count('=== attempt') == 2
 

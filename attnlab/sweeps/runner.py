@@ -305,7 +305,10 @@ class LocalRunner:
     if process.returncode == 0 and os.path.isfile(os.path.join(directory, FINAL_FILE)):
       status.update(status='finished', error=None, error_tail=[])
       self._counts['finished'] += 1
-      self._print(f'[done] {trial.name} in {duration(elapsed)}{self._result(directory)}')
+      took = duration(elapsed)
+      if status.get('attempts', 1) > 1:  # a resumed trial: its whole wall time beside this one
+        took += f" ({duration(status['wall_s'])} over {status['attempts']} attempts)"
+      self._print(f'[done] {trial.name} in {took}{self._result(directory)}')
     else:
       tail = _tail(os.path.join(directory, LOG_FILE), offset)
       status.update(status='failed', error=error_summary(tail), error_tail=tail)
