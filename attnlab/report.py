@@ -2,7 +2,7 @@
 the code lives in attnlab.reporting.sweep_report."""
 
 from attnlab import cli
-from attnlab.reporting.sweep_report import main
+from attnlab.reporting import sweep_report
 
 if __name__ == '__main__':
-  cli.run(main)  # a user error: one `error: ...` line, exit status 2
+  cli.run_module(sweep_report)  # a user error: one `error: ...` line, exit status 2

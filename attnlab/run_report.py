@@ -2,7 +2,7 @@
 the code lives in attnlab.reporting.run_report."""
 
 from attnlab import cli
-from attnlab.reporting.run_report import main
+from attnlab.reporting import run_report
 
 if __name__ == '__main__':
-  cli.run(main)  # a user error: one `error: ...` line, exit status 2
+  cli.run_module(run_report)  # a user error: one `error: ...` line, exit status 2

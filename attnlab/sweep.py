@@ -2,7 +2,7 @@
 the code lives in attnlab.sweeps.command."""
 
 from attnlab import cli
-from attnlab.sweeps.command import main
+from attnlab.sweeps import command
 
 if __name__ == '__main__':
-  cli.run(main)  # a user error: one `error: ...` line, exit status 2
+  cli.run_module(command)  # a user error: one `error: ...` line, exit status 2

@@ -1,15 +1,16 @@
-"""Run an experiment file as a sweep of trials, locally or as a SLURM job array.
+r"""Run an experiment file as a sweep of trials, locally or as a SLURM job array.
 
     python -m attnlab.sweep experiments/score_timing.py --workdir=runs/score_timing \
         [--parallel=2] [--archive=results/score_timing] [--dry_run] [--backend=local|slurm]
 
-Each trial (attnlab/trials.py) runs `python -m attnlab.main` in its own process and directory
-DIR/NAME, so a crash cannot take the sweep down. Every trial's config is checked first; one
-that does not build is recorded as failed and the rest run. Rerunning the command skips
-finished trials (final_metrics.json present) and continues the others from their checkpoints
-(an interrupted sweep resumes). A failed trial keeps its error in DIR/NAME/sweep_status.json
-and its output in DIR/NAME/sweep_log.txt. DIR/sweep.json lists the trials. At the end the
-report is written (`python -m attnlab.report DIR`; skip with --noreport).
+Each trial (attnlab/sweeps/trials.py) runs `python -m attnlab.main` in its own process and
+directory DIR/NAME, so a crash cannot take the sweep down. Every trial's config is checked
+first; one that does not build is recorded as failed and the rest run. Rerunning the command
+skips finished trials (final_metrics.json present) and continues the others from their
+checkpoints (an interrupted sweep resumes). A failed trial keeps its error in
+DIR/NAME/sweep_status.json and its output in DIR/NAME/sweep_log.txt. DIR/sweep.json lists the
+trials. At the end the report is written (`python -m attnlab.report DIR`; skip with
+--noreport).
 
 --archive=ARCHIVE keeps a copy of each finished trial without its checkpoints in ARCHIVE/NAME
 (attnlab/sweeps/archive.py): a sweep longer than one machine's life goes on elsewhere from the
