@@ -20,15 +20,41 @@ def test_dry_run_lists_the_grid_and_writes_nothing(tmp_path):
   lines = out.getvalue().splitlines()
   assert code == 1  # one trial is invalid
   rows = [line.split() for line in lines if line.strip()[:1].isdigit()]
-  assert [r[:4] for r in rows[:4]] == [
-    ['0', 'new', '4', 'score=dot,seed=0'],
-    ['1', 'new', '4', 'score=dot,seed=1'],
-    ['2', 'new', '4', 'score=general,seed=0'],
-    ['3', 'new', '4', 'score=general,seed=1'],
+  assert rows[:4] == [  # no step trained of the cap of 4, no result yet
+    ['0', 'new', '0/4', 'score=dot,seed=0'],
+    ['1', 'new', '0/4', 'score=dot,seed=1'],
+    ['2', 'new', '0/4', 'score=general,seed=0'],
+    ['3', 'new', '0/4', 'score=general,seed=1'],
   ]
   assert rows[4][:3] == ['4', 'INVALID', 'score=gneral,seed=0:'] and 'choose from' in lines[-2]
   assert '--config.model.attention.score=dot --config.seed=0' in lines[-1]
   assert not os.path.exists(workdir)
+
+
+def test_dry_run_shows_how_far_each_trial_got(tmp_path, fake_python):
+  """While a sweep runs (or after it stopped) the listing is its status: the step each trial
+  trained to, the test result of a finished one, the best eval so far of one still going."""
+  path = write_experiment(tmp_path, GRID.replace("'gneral'", "'concat'"))
+  workdir = str(tmp_path / 'sweep')
+  assert sweep.run_sweep(path, workdir, select='seed=0', report=False, out=io.StringIO(),
+                         python=fake_python) == 0
+  going = os.path.join(workdir, 'score=dot,seed=1')  # evaluated twice, then interrupted
+  os.makedirs(going)
+  trial_dirs.write_status(going, {'status': 'interrupted'})
+  with open(os.path.join(going, 'metrics.jsonl'), 'w') as f:
+    for step, accuracy in ((1, 0.25), (2, 0.75), (3, 0.5)):
+      f.write(json.dumps({'step': step, 'split': 'eval', 'sequence_accuracy': accuracy}) + '\n')
+    f.write(json.dumps({'step': 3, 'split': 'train', 'sequence_accuracy': 0.9}) + '\n')
+    f.write('{"step": 4, "split": "ev')  # a line being written now
+  out = io.StringIO()
+  assert sweep.run_sweep(path, workdir, dry_run=True, out=out) == 0
+  rows = {line.split()[3]: line.split(None, 4)[1:] for line in out.getvalue().splitlines()
+          if line.strip()[:1].isdigit()}
+  assert rows['score=dot,seed=0'] == ['finished', '2/4', 'score=dot,seed=0',
+                                      'test sequence_accuracy 0.5000']
+  assert rows['score=dot,seed=1'] == ['interrupted', '3/4', 'score=dot,seed=1',
+                                      'best eval sequence_accuracy 0.7500 at step 2']
+  assert rows['score=general,seed=1'] == ['new', '0/4', 'score=general,seed=1']
 
 
 def test_one_trial_and_unknown_trials(tmp_path):

@@ -48,7 +48,7 @@ import sys
 
 from absl import app, flags
 
-from attnlab import cli
+from attnlab import cli, selection
 from attnlab.sweeps import archive as archive_lib
 from attnlab.sweeps import claims, slurm, trial_dirs
 from attnlab.sweeps import runner as sweep_runner
@@ -86,7 +86,8 @@ def _print(line: str = '', out=None) -> None:
 
 
 def describe(experiment, selected, workdir, states, configs, errors, out=None) -> None:
-  """The dry-run listing: one line per trial with its state and number of steps."""
+  """The dry-run listing, also a sweep's status while it runs: one line per trial with its
+  state, the step it trained to of its cap, and its test result or its best eval so far."""
   fixed = ', '.join(f'{k}={trials_lib.format_value(v)}' for k, v in experiment.fixed.items())
   _print(
     f'{experiment.path}: {len(selected)} trials from {experiment.base}'
@@ -98,14 +99,17 @@ def describe(experiment, selected, workdir, states, configs, errors, out=None) -
     f'--workdir={os.path.join(workdir, "NAME")} --config.KEY=VALUE ...',
     out,
   )
-  _print(f'  {"#":>3}  {"state":<11} {"steps":>6}  name', out)
+  _print(f'  {"#":>3}  {"state":<11} {"step/cap":>13}  name  result', out)
   for trial in selected:
     i = experiment.trials.index(trial)
     if trial.name in errors:
-      _print(f'  {i:>3}  {"INVALID":<11} {"":>6}  {trial.name}: {errors[trial.name]}', out)
+      _print(f'  {i:>3}  {"INVALID":<11} {"":>13}  {trial.name}: {errors[trial.name]}', out)
       continue
-    steps = configs[trial.name].train.num_steps
-    _print(f'  {i:>3}  {states[trial.name]:<11} {steps:>6}  {trial.name}', out)
+    config, directory = configs[trial.name], sweep_runner.trial_dir(workdir, trial)
+    step = f'{sweep_runner.last_train_step(directory)}/{config.train.num_steps}'
+    metric = selection.resolve_metric(config.train.select_metric, config.task.name)
+    result = trial_dirs.result_line(directory, metric)
+    _print(f'  {i:>3}  {states[trial.name]:<11} {step:>13}  {trial.name}  {result}'.rstrip(), out)
   example = selected[0]
   _print(f'first command: {shlex.join(example.command(os.path.join(workdir, example.name)))}', out)
 

@@ -14,7 +14,6 @@ Each trial's `attnlab.main` keeps what it compiles in the per-user compilation c
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
@@ -32,7 +31,9 @@ from attnlab.sweeps.trial_dirs import (
   FINAL_FILE,
   LOG_FILE,
   identity,
+  metric_events,
   read_status,
+  result_line,
   resume_args,
   running_elsewhere,
   trial_dir,
@@ -63,17 +64,8 @@ def _tail(path: str, offset: int) -> list[str]:
 
 def last_train_step(directory: str) -> int:
   """The latest step in metrics.jsonl (0 when the run has not logged yet)."""
-  path = os.path.join(directory, workdir_lib.METRICS_FILE)
-  if not os.path.isfile(path):
-    return 0
-  step = 0
-  with open(path, errors='replace') as f:
-    for line in f:
-      try:
-        step = max(step, int(json.loads(line).get('step', 0)))
-      except (ValueError, AttributeError):
-        continue  # a line being written right now
-  return step
+  steps = (event.get('step', 0) for event in metric_events(directory))
+  return max((int(step) for step in steps if isinstance(step, int | float)), default=0)
 
 
 def _resume_note(directory: str, killed: dict | None) -> str:
@@ -308,7 +300,8 @@ class LocalRunner:
       took = duration(elapsed)
       if status.get('attempts', 1) > 1:  # a resumed trial: its whole wall time beside this one
         took += f" ({duration(status['wall_s'])} over {status['attempts']} attempts)"
-      self._print(f'[done] {trial.name} in {took}{self._result(directory)}')
+      result = result_line(directory, 'sequence_accuracy')
+      self._print(f'[done] {trial.name} in {took}' + (f' | {result}' if result else ''))
     else:
       tail = _tail(os.path.join(directory, LOG_FILE), offset)
       status.update(status='failed', error=error_summary(tail), error_tail=tail)
@@ -324,22 +317,6 @@ class LocalRunner:
       self._print(f'[archived] {trial.name} -> {kept}')
     claim.release()  # only now: a trial of the same config elsewhere copies the archived one
     return status['status']
-
-  def _result(self, directory: str) -> str:
-    """` | test wer 0.2487 (step 18000 of 19000, stopped early)`: the trial's selection metric
-    (sequence_accuracy for a run without selection) and the step it was tested at."""
-    with open(os.path.join(directory, FINAL_FILE)) as f:
-      final = json.load(f)
-    selection = final.get('selection') or {}
-    metric = selection.get('metric', 'sequence_accuracy')
-    value = final.get('test', {}).get(metric)
-    if not isinstance(value, int | float):
-      return ''
-    text = f' | test {metric} {value:.4f}'
-    if 'trained_steps' in final:
-      text += f" (step {final['step']} of {final['trained_steps']}"
-      text += ', stopped early)' if selection.get('stopped_early') else ')'
-    return text
 
   def _interrupt(self) -> None:
     """Stops running trials and records them as interrupted (a rerun resumes them)."""

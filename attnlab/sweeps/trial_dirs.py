@@ -9,6 +9,7 @@ import os
 import socket
 from collections.abc import Callable
 
+from attnlab import selection as selection_lib
 from attnlab import workdir as workdir_lib
 from attnlab.selection import SELECT_SPLIT
 from attnlab.sweeps.trials import SweepError, Trial
@@ -150,6 +151,47 @@ def check_same_trial(directory: str, trial: Trial) -> dict | None:
 def read_final(directory: str) -> dict:
   with open(os.path.join(directory, FINAL_FILE)) as f:
     return json.load(f)
+
+
+def result_line(directory: str, metric: str) -> str:
+  """What the trial in `directory` has reached, for the console. Finished: its test result on
+  the selection metric and the step tested (`test wer 0.2487 (step 18000 of 19000, stopped
+  early)`). Before that: the best eval value of `metric` so far (`best eval wer 0.3026 at step
+  18000`), or '' before the first evaluation."""
+  if trial_state(directory) == 'finished':
+    final = read_final(directory)
+    selection = final.get('selection') or {}
+    metric = selection.get('metric', 'sequence_accuracy')  # a run without selection
+    value = final.get('test', {}).get(metric)
+    if not isinstance(value, int | float):
+      return ''
+    text = f'test {metric} {value:.4f}'
+    if 'trained_steps' in final:
+      text += f" (step {final['step']} of {final['trained_steps']}"
+      text += ', stopped early)' if selection.get('stopped_early') else ')'
+    return text
+  best = None
+  for event in metric_events(directory):
+    value = event.get(metric)
+    if (event.get('split') == SELECT_SPLIT and isinstance(value, int | float)
+        and selection_lib.is_better(metric, value, best and best[1])):
+      best = (int(event['step']), value)
+  return f'best eval {metric} {best[1]:.4f} at step {best[0]}' if best else ''
+
+
+def metric_events(directory: str):
+  """metrics.jsonl's lines as dicts, skipping one being written right now."""
+  path = os.path.join(directory, workdir_lib.METRICS_FILE)
+  if not os.path.isfile(path):
+    return
+  with open(path, encoding='utf-8', errors='replace') as f:
+    for line in f:
+      try:
+        event = json.loads(line)
+      except ValueError:
+        continue
+      if isinstance(event, dict):
+        yield event
 
 
 def _eval_steps(directory: str) -> set[int]:
