@@ -132,6 +132,14 @@ def test_the_sweep_command_skips_what_the_archive_holds(tmp_path, fake_python):
   )
   assert runner.run(_trials(0, 1)) == {'seed=0': 'finished', 'seed=1': 'finished'}
   out, workdir = io.StringIO(), str(tmp_path / 'new')
+  # The listing shows what the sweep would restore, read from the archive, and writes nothing.
+  assert sweep.run_sweep(str(path), workdir, archive=archive, dry_run=True, out=out) == 0
+  rows = [line.split(None, 4)[1:] for line in out.getvalue().splitlines()
+          if line.strip()[:1].isdigit()]
+  assert rows == [['archived', '2/4', 'seed=0', 'test sequence_accuracy 0.5000'],
+                  ['archived', '2/4', 'seed=1', 'test wer 0.2500 (step 3 of 4, stopped early)']]
+  assert not os.path.exists(workdir)
+  out = io.StringIO()
   code = sweep.run_sweep(str(path), workdir, archive=archive, report=False, out=out)
   assert code == 0, out.getvalue()
   assert f'archive {archive}: 2 finished trials restored, 0 archived' in out.getvalue()

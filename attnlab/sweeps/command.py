@@ -85,9 +85,10 @@ def _print(line: str = '', out=None) -> None:
   print(line, file=out or sys.stdout, flush=True)
 
 
-def describe(experiment, selected, workdir, states, configs, errors, out=None) -> None:
+def describe(experiment, selected, workdir, dirs, states, configs, errors, out=None) -> None:
   """The dry-run listing, also a sweep's status while it runs: one line per trial with its
-  state, the step it trained to of its cap, and its test result or its best eval so far."""
+  state, the step it trained to of its cap, and its test result or its best eval so far, read
+  from `dirs` (trial name -> its directory, or its archived copy)."""
   fixed = ', '.join(f'{k}={trials_lib.format_value(v)}' for k, v in experiment.fixed.items())
   _print(
     f'{experiment.path}: {len(selected)} trials from {experiment.base}'
@@ -105,7 +106,7 @@ def describe(experiment, selected, workdir, states, configs, errors, out=None) -
     if trial.name in errors:
       _print(f'  {i:>3}  {"INVALID":<11} {"":>13}  {trial.name}: {errors[trial.name]}', out)
       continue
-    config, directory = configs[trial.name], sweep_runner.trial_dir(workdir, trial)
+    config, directory = configs[trial.name], dirs[trial.name]
     step = f'{sweep_runner.last_train_step(directory)}/{config.train.num_steps}'
     metric = selection.resolve_metric(config.train.select_metric, config.task.name)
     result = trial_dirs.result_line(directory, metric)
@@ -245,7 +246,12 @@ def run_sweep(
   if dry_run:
     names = {t.name for t in chosen}
     listed = [t for t in trials if t.name in names or t.name in errors]  # errors always show
-    describe(experiment, listed, workdir, states, configs, errors, out)
+    shown = dict(dirs)
+    for trial in trials if archive else ():  # what the sweep would restore from the archive
+      kept = os.path.join(archive, trial.name)
+      if states[trial.name] != 'finished' and trial_dirs.trial_state(kept) == 'finished':
+        states[trial.name], shown[trial.name] = 'archived', kept
+    describe(experiment, listed, workdir, shown, states, configs, errors, out)
     return 1 if errors else 0
   for trial in trials:  # other settings are refused before anything is written
     trial_dirs.check_same_trial(dirs[trial.name], trial)
