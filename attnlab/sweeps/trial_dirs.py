@@ -195,13 +195,7 @@ def metric_events(directory: str):
 
 
 def _eval_steps(directory: str) -> set[int]:
-  steps = set()
-  with open(os.path.join(directory, workdir_lib.METRICS_FILE), encoding='utf-8') as f:
-    for line in f:
-      event = json.loads(line)
-      if event.get('split') == SELECT_SPLIT:
-        steps.add(int(event['step']))
-  return steps
+  return {int(e['step']) for e in metric_events(directory) if e.get('split') == SELECT_SPLIT}
 
 
 def ending(directory: str) -> str:
