@@ -5,6 +5,7 @@ trials as failed, and a claim dies with the process that held it."""
 import fcntl
 import io
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -113,6 +114,65 @@ def test_progress_counts_the_trials_another_process_runs(tmp_path, fake_python, 
   assert progress[0] == 'sweep 0/2 done, 0 failed, 2 running (1 in another process)'
   assert 'sweep 1/2 done, 0 failed, 1 running' in progress  # the other process finished it
   assert progress[-1] == 'sweep 2/2 done, 0 failed, 0 running'
+
+
+def test_progress_counts_a_queued_trial_another_worker_took(tmp_path, fake_python, monkeypatch):
+  """A worker with one trial at a time counts the trial a second worker started before this
+  one reached it (status running, its process alive): `2 running (1 in another process)`
+  from the first line, then done once it finished there, without this worker claiming it."""
+  workdir = str(tmp_path / 'sweep')
+  mine, theirs = (trials_lib.Trial(f'seed={s}', 'configs/reverse.py:smoke', {'seed': s}, {})
+                  for s in (0, 2))
+  their_dir = trial_dirs.trial_dir(workdir, theirs)
+  os.makedirs(their_dir)
+  their_process = subprocess.Popen(['sleep', '60'])
+  trial_dirs.write_status(their_dir, {'status': 'running', 'pid': their_process.pid,
+                                      'host': socket.gethostname()})
+  claim = claims.try_claim(claims.claim_path(workdir, os.path.abspath(their_dir)), their_dir)
+  monkeypatch.setenv('FAKE_SECONDS', '1.5')
+
+  def finish_there():
+    with open(os.path.join(their_dir, trial_dirs.FINAL_FILE), 'w') as f:
+      f.write('{}')
+    trial_dirs.write_status(their_dir, {'status': 'finished'})
+    their_process.kill()
+
+  timer = threading.Timer(0.7, finish_there)
+  out = io.StringIO()
+  runner = sweep_runner.LocalRunner(workdir, {'seed=0': 4, 'seed=2': 4}, parallel=1, poll=0.02,
+                                    progress_every=0.2, python=fake_python, out=out)
+  timer.start()
+  try:
+    states = runner.run([mine, theirs])
+  finally:
+    timer.join()
+    claim.release()
+    their_process.wait()
+  assert states['seed=0'] == 'finished'
+  progress = [line.split(' | ')[0] for line in out.getvalue().splitlines()
+              if line.startswith('sweep ')]
+  assert progress[0] == 'sweep 0/2 done, 0 failed, 2 running (1 in another process)'
+  assert 'sweep 1/2 done, 0 failed, 1 running' in progress  # theirs, while mine still runs
+  assert progress[-1] == 'sweep 2/2 done, 0 failed, 0 running'
+
+
+def test_a_trial_whose_process_died_reads_as_interrupted(tmp_path):
+  """A session that ended killed the sweep and its trials: the status file still says
+  running, but on this host a dead process is no running trial (--dry_run, progress)."""
+  directory = str(tmp_path / 'trial')
+  os.makedirs(directory)
+  gone = subprocess.Popen(['true'])
+  gone.wait()
+  here = socket.gethostname()
+  trial_dirs.write_status(directory, {'status': 'running', 'pid': gone.pid, 'host': here})
+  assert trial_dirs.trial_state(directory) == 'interrupted'
+  assert trial_dirs.running_elsewhere(directory) is None
+  trial_dirs.write_status(directory, {'status': 'running', 'pid': os.getpid(), 'host': here})
+  assert trial_dirs.trial_state(directory) == 'running'
+  assert trial_dirs.running_elsewhere(directory) == os.getpid()
+  # Another host's process cannot be checked from here: its word stands.
+  trial_dirs.write_status(directory, {'status': 'running', 'pid': gone.pid, 'host': here + 'x'})
+  assert trial_dirs.trial_state(directory) == 'running'
 
 
 def test_a_claim_dies_with_its_process(tmp_path):

@@ -140,9 +140,11 @@ class LocalRunner:
     self._running: dict[str, tuple[Trial, subprocess.Popen, float, int, claims.Claim]] = {}
     self._waiting: dict[str, float] = {}  # trial name -> when to try it again
     self._counts = {'finished': 0, 'failed': 0}
-    # Trials left to another process (or to a trial process that outlived its sweep): their
-    # state is read from disk, so the progress counts them when they end there.
-    self._elsewhere: dict[str, str] = {}  # trial name -> its directory
+    self._settled: set[str] = set()  # trials counted in _counts: ended or resolved here
+    # Trials left to another process (or to a trial process that outlived its sweep); the
+    # others this process has not reached yet are read from disk too (`_all_counts`).
+    self._elsewhere: set[str] = set()
+    self._trials: Sequence[Trial] = ()
 
   def _print(self, line: str) -> None:
     print(line, file=self.out, flush=True)
@@ -161,14 +163,14 @@ class LocalRunner:
     status.setdefault('wall_s', 0.0)
     status.setdefault('attempts', 0)
     write_status(directory, status)
-    self._counts['failed'] += 1
+    self._settle(trial.name, 'failed')
     self._print(f'[FAILED] {trial.name}: invalid config: {error}')
 
   def run(self, trials: Sequence[Trial]) -> dict[str, str]:
     """Runs `trials` (none of them finished); returns name -> final state, 'running' for a
     trial another process runs (that process finishes it)."""
     queue, states = list(trials), {}
-    self._total = len(trials)
+    self._trials, self._total = trials, len(trials)
     self._start = time.monotonic()
     self._done_steps_at_start = sum(self._steps_done(t) for t in trials)
     last_progress = time.monotonic()
@@ -209,7 +211,7 @@ class LocalRunner:
       if pid:
         queue.remove(trial)
         states[trial.name] = 'running'
-        self._elsewhere[trial.name] = directory
+        self._elsewhere.add(trial.name)
         self._print(f'[skip] {trial.name}: still running as process {pid}; not started twice')
         continue
       claim = claims.try_claim(claims.claim_path(self.workdir, self.claim_key(trial)), directory)
@@ -217,7 +219,7 @@ class LocalRunner:
         if claim.get('trial_dir') == os.path.abspath(directory):
           queue.remove(trial)
           states[trial.name] = 'running'
-          self._elsewhere[trial.name] = directory
+          self._elsewhere.add(trial.name)
           self._print(f'[skip] {trial.name}: sweep process {claim.get("pid")} runs it')
           continue
         if trial.name not in self._waiting:
@@ -231,14 +233,14 @@ class LocalRunner:
       if trial_state(directory) == 'finished':
         claim.release()
         states[trial.name] = 'finished'
-        self._counts['finished'] += 1
+        self._settle(trial.name, 'finished')
         self._print(f'[skip] {trial.name}: finished by another sweep process')
         continue
       origin = self.copy_shared(trial) if self.copy_shared else None
       if origin:
         claim.release()
         states[trial.name] = 'finished'
-        self._counts['finished'] += 1
+        self._settle(trial.name, 'finished')
         self._print(shared_lib.copied_line(trial.name, origin))
         continue
       return trial, claim
@@ -296,7 +298,7 @@ class LocalRunner:
     status['returncode'] = process.returncode
     if process.returncode == 0 and os.path.isfile(os.path.join(directory, FINAL_FILE)):
       status.update(status='finished', error=None, error_tail=[])
-      self._counts['finished'] += 1
+      self._settle(name, 'finished')
       took = duration(elapsed)
       if status.get('attempts', 1) > 1:  # a resumed trial: its whole wall time beside this one
         took += f" ({duration(status['wall_s'])} over {status['attempts']} attempts)"
@@ -305,7 +307,7 @@ class LocalRunner:
     else:
       tail = _tail(os.path.join(directory, LOG_FILE), offset)
       status.update(status='failed', error=error_summary(tail), error_tail=tail)
-      self._counts['failed'] += 1
+      self._settle(name, 'failed')
       self._print(
         f'[FAILED] {trial.name} (exit {process.returncode}): {status["error"]} '
         f'-- log: {os.path.join(directory, LOG_FILE)}'
@@ -366,14 +368,26 @@ class LocalRunner:
       f' | steps {done}/{total} ({percent:.1f}%) | {duration(elapsed)} | at most {eta} left'
     )
 
+  def _settle(self, name: str, state: str) -> None:
+    self._settled.add(name)
+    self._counts[state] += 1
+
   def _all_counts(self) -> dict[str, int]:
     """finished / failed / running over the trials of this sweep, wherever they run: this
-    process's own, and those it left to another process as they stand on disk now."""
+    process's own, and the others as they stand on disk now. A trial still queued here counts
+    as running when a live process runs it (another worker took it first) and as finished
+    once one has finished it; a failure on disk counts only for a trial left to another
+    process (a queued one is tried again here)."""
     counts = {**self._counts, 'running': len(self._running)}
-    for directory in self._elsewhere.values():
+    for trial in self._trials:
+      if trial.name in self._settled or trial.name in self._running:
+        continue
+      directory = trial_dir(self.workdir, trial)
       state = trial_state(directory)
-      if state in counts:  # not an interrupted one: nobody runs it now
+      if state == 'finished' or (state == 'failed' and trial.name in self._elsewhere):
         counts[state] += 1
+      elif state == 'running' and (trial.name in self._elsewhere or running_elsewhere(directory)):
+        counts['running'] += 1
     return counts
 
   def _ended(self) -> int:

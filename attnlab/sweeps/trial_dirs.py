@@ -64,23 +64,37 @@ def write_status(directory: str, status: dict) -> None:
 
 
 def trial_state(directory: str) -> str:
-  """finished | failed | running | interrupted | new."""
+  """finished | failed | running | interrupted | new. A trial recorded as running on this host
+  whose process is gone was killed with its sweep (a session or machine that ended):
+  interrupted, as the next sweep finds it."""
   if os.path.isfile(os.path.join(directory, FINAL_FILE)):
     return 'finished'
-  return read_status(directory).get('status', 'new')
+  status = read_status(directory)
+  if _on_this_host(status) and _live_pid(status) is None:
+    return 'interrupted'
+  return status.get('status', 'new')
 
 
 def running_elsewhere(directory: str) -> int | None:
   """The pid of a live process of this host that an earlier sweep started on the trial."""
   status = read_status(directory)
-  pid = status.get('pid')
-  if status.get('status') != 'running' or not pid or status.get('host') != socket.gethostname():
-    return None
+  return _live_pid(status) if _on_this_host(status) else None
+
+
+def _on_this_host(status: dict) -> bool:
+  """A trial process this host started and records as running (another host's cannot be
+  checked from here)."""
+  return (status.get('status') == 'running' and bool(status.get('pid'))
+          and status.get('host') == socket.gethostname())
+
+
+def _live_pid(status: dict) -> int | None:
+  pid = status['pid']
   try:
     os.kill(pid, 0)  # signal 0: only checks that the process exists
   except ProcessLookupError:
     return None
-  except PermissionError:
+  except PermissionError:  # alive, another user's
     return pid
   return pid
 
