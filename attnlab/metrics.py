@@ -170,14 +170,19 @@ def bleu_chrf(
       number may vary between sources).
     tokenize: sacrebleu's BLEU tokenizer ('13a' is its default; 'none' for pre-split text).
   """
-  per_source = _references_per_source('bleu_chrf', hyps, refs)
+  bleu, chrf = _corpus_scores('bleu_chrf', hyps, refs, tokenize)
+  return {'bleu': float(bleu.score), 'chrf': float(chrf.score)}
+
+
+def _corpus_scores(name: str, hyps, refs, tokenize: str = '13a'):
+  """sacrebleu's corpus BLEU and chrF score objects (arguments as `bleu_chrf`)."""
+  per_source = _references_per_source(name, hyps, refs)
   # sacrebleu takes reference *streams* (the k-th reference of every source); None marks a
   # source with fewer references.
   num_streams = max(len(r) for r in per_source)
   streams = [[r[k] if k < len(r) else None for r in per_source] for k in range(num_streams)]
   bleu = sacrebleu.corpus_bleu(list(hyps), streams, tokenize=tokenize)
-  chrf = sacrebleu.corpus_chrf(list(hyps), streams)
-  return {'bleu': float(bleu.score), 'chrf': float(chrf.score)}
+  return bleu, sacrebleu.corpus_chrf(list(hyps), streams)
 
 
 # bleu_statistics() columns: hypothesis length, closest reference length, matching n-grams for
@@ -265,13 +270,26 @@ def _length_buckets(caller: str, lengths: np.ndarray, edges: Sequence[float]):
     yield name, (lengths >= lo) & (lengths < hi)
 
 
+# Source length in words: [0, 10), [10, 20), ..., [50, inf) (Bahdanau et al. 2015, Fig. 2).
+BLEU_LENGTH_EDGES = (0, 10, 20, 30, 40, 50, math.inf)
+
+# What each bucket of `bleu_by_length` holds besides its name and count (None when empty).
+BUCKET_SCORES = ('bleu', 'chrf', 'brevity_penalty', 'length_ratio')
+
+
 def bleu_by_length(
-  hyps: Sequence[str], refs: Sequence[str], lengths: Sequence[int], edges: Sequence[float]
+  hyps: Sequence[str],
+  refs: Sequence[str] | Sequence[Sequence[str]],
+  lengths: Sequence[int],
+  edges: Sequence[float],
 ) -> list[dict]:
   """Corpus BLEU of the sentences in each source-length bucket (Bahdanau et al. 2015, Fig. 2).
 
   Buckets and their names are those of `by_length_bucket` (edges (0, 10, ..., 50, inf) ->
-  '0-9', '10-19', ..., '50+'); each is {'bucket', 'count', 'bleu'}, BLEU None when empty.
+  '0-9', '10-19', ..., '50+'); each is {'bucket', 'count', *BUCKET_SCORES}. Beside BLEU, what
+  tells its length curve apart: chrF (character n-grams, no brevity penalty), BLEU's brevity
+  penalty (1 when the bucket's output is not shorter than its references, exp(1 - r/c) below)
+  and that length ratio c/r in BLEU's tokens. All None when the bucket is empty.
   """
   _check_pairs('bleu_by_length', hyps, refs)
   lengths = np.asarray(lengths)
@@ -281,10 +299,13 @@ def bleu_by_length(
   buckets = []
   for name, chosen in _length_buckets('bleu_by_length', lengths, edges):
     index = np.flatnonzero(chosen)
-    bleu = None
+    bucket = {'bucket': name, 'count': int(index.size), **dict.fromkeys(BUCKET_SCORES)}
     if index.size:
-      bleu = bleu_chrf([hyps[i] for i in index], [refs[i] for i in index])['bleu']
-    buckets.append({'bucket': name, 'count': int(index.size), 'bleu': bleu})
+      bleu, chrf = _corpus_scores('bleu_by_length', [hyps[i] for i in index],
+                                  [refs[i] for i in index])
+      bucket.update(bleu=float(bleu.score), chrf=float(chrf.score), brevity_penalty=float(bleu.bp),
+                    length_ratio=bleu.sys_len / bleu.ref_len if bleu.ref_len else None)
+    buckets.append(bucket)
   return buckets
 
 

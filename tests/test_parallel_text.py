@@ -1,5 +1,6 @@
 """Parallel text: file formats, bad input, tokenizers (SentencePiece included), BLEU/chrF."""
 
+import math
 import os
 import subprocess
 import sys
@@ -184,11 +185,12 @@ def test_task_scores_detokenized_output_with_sacrebleu(tmp_path):
   # BLEU by source length in words (Bahdanau et al. 2015, Fig. 2): the 3 sources have 4
   # words each, so all sit in the first bucket, whose BLEU is the corpus BLEU.
   assert [len(test[i]['source'].split()) for i in range(3)] == [4, 4, 4]
-  assert out['bleu_by_length'] == [
-    {'bucket': '0-9', 'count': 3, 'bleu': pytest.approx(out['bleu'])},
-    *({'bucket': name, 'count': 0, 'bleu': None}
-      for name in ('10-19', '20-29', '30-39', '40-49', '50+')),
-  ]
+  first, *empty = out['bleu_by_length']
+  assert (first['bucket'], first['count']) == ('0-9', 3)
+  assert first['bleu'] == pytest.approx(out['bleu'])
+  assert first['chrf'] == pytest.approx(out['chrf'])
+  assert [(b['bucket'], b['count'], b['bleu']) for b in empty] == [
+    (name, 0, None) for name in ('10-19', '20-29', '30-39', '40-49', '50+')]
 
 
 def test_task_requires_every_split_and_valid_fields(tmp_path):
@@ -207,6 +209,26 @@ def test_task_requires_every_split_and_valid_fields(tmp_path):
     config_lib.parse(c)
 
 
+def test_bleu_by_length_gives_each_buckets_brevity_penalty_length_ratio_and_chrf():
+  """BLEU's brevity penalty (Papineni et al. 2002): 1 when the bucket's output is at least as
+  long as its references (c >= r), else exp(1 - r/c); chrF has none. Hand-counted in 13a
+  tokens: bucket 0-9 has c = 2 + 3 = 5 against r = 4 + 4 = 8, bucket 10-19 c = 5, r = 4."""
+  hyps = ['the cat', 'a b c', 'one two three four five']
+  refs = ['the cat sat on', 'a b c d', 'one two three four']
+  buckets = metrics.bleu_by_length(hyps, refs, [4, 9, 12], metrics.BLEU_LENGTH_EDGES)
+  short, long_ = buckets[0], buckets[1]
+  assert short['length_ratio'] == pytest.approx(5 / 8)
+  assert short['brevity_penalty'] == pytest.approx(math.exp(1 - 8 / 5))
+  assert long_['length_ratio'] == pytest.approx(5 / 4)
+  assert long_['brevity_penalty'] == 1.0
+  assert short['chrf'] == pytest.approx(sacrebleu.corpus_chrf(hyps[:2], [refs[:2]]).score)
+  # Several references per source (G2P-style lists): r is the closest reference length.
+  multi = metrics.bleu_by_length(['the cat'], [['the cat sat on', 'the cat sat']], [3],
+                                 metrics.BLEU_LENGTH_EDGES)[0]
+  assert multi['length_ratio'] == pytest.approx(2 / 3)
+  assert multi['brevity_penalty'] == pytest.approx(math.exp(1 - 3 / 2))
+
+
 def test_word_task_vocab_ignores_eval_only_words(tmp_path):
   eval_pairs = [('unbekannt wort', 'unknown word')]
   task = load_task(make_config(tmp_path, eval=(tsv(tmp_path / 'e.tsv', eval_pairs),)))
@@ -221,7 +243,7 @@ def test_bleu_by_length_scores_each_word_bucket_as_its_own_corpus():
   hyps = ['the cat sat', 'a dog barks here', 'the house is big now', 'x']
   refs = ['the cat sat', 'the dog barks here', 'the house is small now', 'y']
   words = [3, 12, 55, 19]
-  buckets = metrics.bleu_by_length(hyps, refs, words, translation.BLEU_LENGTH_EDGES)
+  buckets = metrics.bleu_by_length(hyps, refs, words, metrics.BLEU_LENGTH_EDGES)
   assert [b['bucket'] for b in buckets] == ['0-9', '10-19', '20-29', '30-39', '40-49', '50+']
   assert [b['count'] for b in buckets] == [1, 2, 0, 0, 0, 1]
   assert buckets[1]['bleu'] == pytest.approx(
@@ -229,7 +251,9 @@ def test_bleu_by_length_scores_each_word_bucket_as_its_own_corpus():
   assert buckets[5]['bleu'] == pytest.approx(sacrebleu.corpus_bleu([hyps[2]], [[refs[2]]]).score)
   assert buckets[0]['bleu'] == pytest.approx(sacrebleu.corpus_bleu([hyps[0]], [[refs[0]]]).score)
   assert buckets[2]['bleu'] is None
+  assert buckets[2] == {'bucket': '20-29', 'count': 0, 'bleu': None, 'chrf': None,
+                        'brevity_penalty': None, 'length_ratio': None}
   with pytest.raises(ValueError, match='3 lengths for 4 hypotheses'):
-    metrics.bleu_by_length(hyps, refs, words[:3], translation.BLEU_LENGTH_EDGES)
+    metrics.bleu_by_length(hyps, refs, words[:3], metrics.BLEU_LENGTH_EDGES)
   with pytest.raises(ValueError, match='length -1 is outside'):
-    metrics.bleu_by_length(hyps, refs, [-1, 1, 2, 3], translation.BLEU_LENGTH_EDGES)
+    metrics.bleu_by_length(hyps, refs, [-1, 1, 2, 3], metrics.BLEU_LENGTH_EDGES)

@@ -1,8 +1,12 @@
 """Report statistics: paired bootstraps (exact match and corpus BLEU), the seed-spread check,
 ranking by the selection metric, and BLEU by source length for translation sweeps."""
 
+import json
+import math
+
 import numpy as np
 import pytest
+import sacrebleu
 
 from attnlab import metrics
 from attnlab.reporting import stats as report_stats
@@ -160,3 +164,40 @@ def test_synthetic_sweeps_tabulate_sequence_accuracy_by_source_length_in_tokens(
     '| none | 1.000 ± 0.000 | 0.375 ± 0.177 |',
     '| luong | 1.000 | 1.000 |',
   ]
+
+
+def test_bleu_by_length_of_older_trials_is_scored_again_with_its_brevity_penalty(tmp_path):
+  """A trial evaluated before buckets held chrF and the brevity penalty gets them from its test
+  predictions (sources bucketed by words, as the evaluation did); the report then shows both
+  beside BLEU. Hand-counted: the 2-word source's output has 2 tokens against a reference of 4
+  (BP = exp(1 - 4/2)); the 12-word source's output is longer than its reference (BP = 1)."""
+  rows = [
+    {'index': 0, 'correct': False, 'source': 'uno dos', 'reference': 'the cat sat on',
+     'hypothesis': 'the cat'},
+    {'index': 1, 'correct': False, 'source': ' '.join(['palabra'] * 12),
+     'reference': 'one two three four', 'hypothesis': 'one two three four five'},
+  ]
+  old = [{'bucket': '0-9', 'count': 1, 'bleu': 1.0}, {'bucket': '10-19', 'count': 1, 'bleu': 2.0}]
+  trial = sweep_results.Trial('seed=0', 'c.py', {'seed': 0}, {})
+  directory = tmp_path / trial.name
+  directory.mkdir()
+  (directory / 'final_metrics.json').write_text(json.dumps({'test': {'bleu_by_length': old}}))
+  with open(directory / sweep_results.PREDICTIONS, 'w') as f:
+    f.writelines(json.dumps(r) + '\n' for r in rows)
+  result = sweep_results.read_trial(str(tmp_path), trial)
+  short, long_ = result.test['bleu_by_length'][:2]
+  assert short['brevity_penalty'] == pytest.approx(math.exp(1 - 4 / 2))
+  assert short['length_ratio'] == pytest.approx(0.5)
+  assert short['bleu'] == pytest.approx(sacrebleu.corpus_bleu(['the cat'], [['the cat sat on']])
+                                        .score)
+  assert (long_['brevity_penalty'], long_['length_ratio']) == (1.0, pytest.approx(5 / 4))
+  chrf = [sacrebleu.corpus_chrf([r['hypothesis']], [[r['reference']]]).score for r in rows]
+  table = report.by_length_table([sweep_results.Variant('c.py', 'v', {}, [result])])
+  head = ['| variant | 0-9 | 10-19 |', '|---|---|---|']
+  penalty, chrf_title = (title for _, title, _ in report.BLEU_PARTS)
+  assert table[6:] == ['', penalty, '', *head, '| v | 0.368 | 1.000 |',
+                       '', chrf_title, '', *head, f'| v | {chrf[0]:.1f} | {chrf[1]:.1f} |']
+  # Buckets that already hold every score are read as they are, not scored again.
+  now = [{**b, 'bleu': 99.0} for b in result.test['bleu_by_length']]
+  (directory / 'final_metrics.json').write_text(json.dumps({'test': {'bleu_by_length': now}}))
+  assert sweep_results.read_trial(str(tmp_path), trial).test['bleu_by_length'] == now

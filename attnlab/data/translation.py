@@ -6,14 +6,14 @@ symbols; 'sentencepiece' trains a unigram model with byte fallback (sentencepiec
 an evenly spaced sample of at most 1M sentences, cached under the data dir.
 
 Scores (`translation_metrics`): corpus BLEU and chrF (sacrebleu, 13a tokenization) of the
-detokenized hypotheses against the raw reference text, and `bleu_by_length`: corpus BLEU per
-bucket of source length in whitespace-separated WORDS, 0-9, 10-19, ..., 40-49, 50+ (Bahdanau
-et al. 2015, Figure 2), so that buckets mean the same whatever the tokenizer.
+detokenized hypotheses against the raw reference text, and `bleu_by_length`: corpus BLEU (with
+its brevity penalty, and chrF) per bucket of source length in whitespace-separated WORDS, 0-9,
+10-19, ..., 40-49, 50+ (Bahdanau et al. 2015, Figure 2), so that buckets mean the same whatever
+the tokenizer.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -21,9 +21,6 @@ from attnlab import metrics
 from attnlab.data.sentencepiece_vocab import SentencePieceVocab, evenly_spaced, train_sentencepiece
 from attnlab.data.tasks import Task
 from attnlab.data.vocab import TOKENIZERS, Vocab
-
-# Source length in words: [0, 10), [10, 20), ..., [50, inf) (Bahdanau et al. 2015, Fig. 2).
-BLEU_LENGTH_EDGES = (0, 10, 20, 30, 40, 50, math.inf)
 
 
 def make_vocab(
@@ -47,7 +44,7 @@ def translation_metrics(task: Task, split: str, rows: list[dict]) -> dict:
   refs = [source[r['index']]['target'] for r in rows]
   words = [len(source[r['index']]['source'].split()) for r in rows]
   out = metrics.bleu_chrf(hyps, refs)
-  out['bleu_by_length'] = metrics.bleu_by_length(hyps, refs, words, BLEU_LENGTH_EDGES)
+  out['bleu_by_length'] = metrics.bleu_by_length(hyps, refs, words, metrics.BLEU_LENGTH_EDGES)
   return out
 
 

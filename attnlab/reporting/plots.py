@@ -65,12 +65,15 @@ def bucket_start(name: str) -> float:
   return float(re.match(r'\d+', name).group())
 
 
-def length_series(variants: Sequence) -> tuple[bool, dict[str, dict[str, list[float]]]]:
+def length_series(
+  variants: Sequence, score: str = 'bleu'
+) -> tuple[bool, dict[str, dict[str, list[float]]]]:
   """(is BLEU, variant label -> source-length bucket -> one test value per finished seed):
-  BLEU per bucket in words where the trials report it (translation: Bahdanau et al. 2015,
-  Fig. 2), else sequence accuracy per bucket in tokens. Empty buckets are left out."""
+  `score` (one of metrics.BUCKET_SCORES) per bucket in words where the trials report BLEU by
+  length (translation: Bahdanau et al. 2015, Fig. 2), else sequence accuracy per bucket in
+  tokens. Empty buckets are left out."""
   bleu = any(r.test.get('bleu_by_length') for v in variants for r in v.finished)
-  key, value = ('bleu_by_length', 'bleu') if bleu else ('by_length', 'mean')
+  key, value = ('bleu_by_length', score) if bleu else ('by_length', 'mean')
   series = {}
   for v in variants:
     per_bucket: dict[str, list[float]] = {}

@@ -259,10 +259,30 @@ def by_length_table(variants: list[Variant]) -> list[str]:
   bleu, series = report_plots.length_series(variants)
   if not series:
     return []
-  buckets = sorted({b for s in series.values() for b in s}, key=report_plots.bucket_start)
   metric, unit, digits = ('BLEU', 'words', 1) if bleu else ('sequence accuracy', 'tokens', 3)
   lines = ['', f'Test {metric} by source length in {unit} (Bahdanau et al. 2015, Fig. 2):', '']
-  lines += ['| variant | ' + ' | '.join(buckets) + ' |', '|' + '---|' * (len(buckets) + 1)]
+  lines += _length_rows(series, digits)
+  if bleu:  # what shapes the BLEU curve: output length against the references, and chrF
+    for score, title, digits in BLEU_PARTS:
+      _, parts = report_plots.length_series(variants, score)
+      if parts:
+        lines += ['', title, ''] + _length_rows(parts, digits)
+  return lines
+
+
+# The parts of the BLEU-by-length table beside it (metrics.bleu_by_length), with their digits.
+BLEU_PARTS = (
+  ('brevity_penalty', "BLEU's brevity penalty in each bucket (1 = output not shorter than the "
+   'references; below, exp(1 - reference length / output length) multiplies the BLEU above):',
+   3),
+  ('chrf', 'Test chrF by source length in words (character n-grams, no brevity penalty):', 1),
+)
+
+
+def _length_rows(series: dict[str, dict[str, list[float]]], digits: int) -> list[str]:
+  """A markdown table: variant x source-length bucket, mean ± std over seeds."""
+  buckets = sorted({b for s in series.values() for b in s}, key=report_plots.bucket_start)
+  lines = ['| variant | ' + ' | '.join(buckets) + ' |', '|' + '---|' * (len(buckets) + 1)]
   for label, per_bucket in series.items():
     cells = [_fmt(mean_std(per_bucket[b]), digits) if b in per_bucket else '–' for b in buckets]
     lines.append(f'| {label} | ' + ' | '.join(cells) + ' |')

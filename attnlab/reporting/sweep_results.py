@@ -164,6 +164,8 @@ def read_trial(workdir: str, trial: Trial) -> TrialResult:
     for e in read_jsonl(os.path.join(directory, workdir_lib.METRICS_FILE))
   }
   rows = read_jsonl(os.path.join(directory, PREDICTIONS))
+  if final:
+    _score_buckets_again(final.get('test', {}), rows)
   predictions = {int(r['index']): bool(r['correct']) for r in rows} if rows else None
   # Detokenized text of the translation tasks: the BLEU bootstrap reads it.
   texts = rows and all(isinstance(r.get('hypothesis'), str) for r in rows)
@@ -182,6 +184,24 @@ def read_trial(workdir: str, trial: Trial) -> TrialResult:
     predictions,
     outputs,
     read_jsonl(os.path.join(directory, RUN_TIMES)),
+  )
+
+
+def _score_buckets_again(test: dict, rows: list[dict]) -> None:
+  """Trials evaluated before `metrics.bleu_by_length` gave each bucket its chrF and brevity
+  penalty: their BLEU by length again, with those, from the test predictions' texts (the same
+  sentences and word counts the evaluation bucketed, so BLEU comes out the same)."""
+  buckets = test.get('bleu_by_length')
+  if not buckets or all(key in buckets[0] for key in metrics.BUCKET_SCORES):
+    return
+  if not rows or not all(isinstance(r.get('source'), str) and isinstance(r.get('hypothesis'), str)
+                         for r in rows):
+    return
+  test['bleu_by_length'] = metrics.bleu_by_length(
+    [r['hypothesis'] for r in rows],
+    [r.get('references') or r['reference'] for r in rows],
+    [len(r['source'].split()) for r in rows],
+    metrics.BLEU_LENGTH_EDGES,
   )
 
 
