@@ -187,6 +187,15 @@ def test_translation_reports_bleu_by_source_length_in_words(tmp_path):
     '| 0-9 | 66 | 26.33 |',
     '| 50+ | 19 | 35.19 |',
   ]
+  # Runs evaluated since buckets hold chrF and BLEU's brevity penalty show both.
+  parts = [{**b, 'chrf': 50.0 + i, 'brevity_penalty': 0.9 + i / 20, 'length_ratio': 0.9}
+           for i, b in enumerate(bleu)]
+  assert run_report.length_table({'bleu_by_length': parts}) == [
+    '| source length (words) | examples | bleu | brevity_penalty | chrf |',
+    '|---|---|---|---|---|',
+    '| 0-9 | 66 | 26.33 | 0.900 | 50.00 |',
+    '| 50+ | 19 | 35.19 | 1.000 | 52.00 |',
+  ]
   lines, xlabel, ylabel = run_report._length_lines({'test': test, 'eval': test}, ['test', 'eval'])
   assert (xlabel, ylabel) == ('source length (words)', 'BLEU')
   assert [points for *_, points in lines] == [[('0-9', 26.3324), ('50+', 35.1945)]] * 2

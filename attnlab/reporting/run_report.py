@@ -89,9 +89,13 @@ def length_table(metrics: dict) -> list[str]:
   Bahdanau et al. 2015, Fig. 2), else sequence accuracy (by_length) and WER (wer_by_length) in
   tokens. Exact match says nothing about translations of whole verses, so BLEU replaces it."""
   if metrics.get('bleu_by_length'):
-    rows = [[b['bucket'], f'{b["count"]:,}', f'{b["bleu"]:.2f}']
-            for b in metrics['bleu_by_length'] if b.get('count')]
-    return _table(['source length (words)', 'examples', 'bleu'], rows) if rows else []
+    buckets = [b for b in metrics['bleu_by_length'] if b.get('count')]
+    # chrF and the brevity penalty where the evaluation gave them (metrics.bleu_by_length)
+    scores = [k for k in ('bleu', 'brevity_penalty', 'chrf') if buckets and k in buckets[0]]
+    digits = {'bleu': 2, 'brevity_penalty': 3, 'chrf': 2}
+    rows = [[b['bucket'], f'{b["count"]:,}', *(f'{b[k]:.{digits[k]}f}' for k in scores)]
+            for b in buckets]
+    return _table(['source length (words)', 'examples', *scores], rows) if rows else []
   series = [
     (label, metrics.get(key))
     for key, label in (('by_length', 'sequence_accuracy'), ('wer_by_length', 'wer'))
