@@ -82,6 +82,24 @@ def test_a_trial_finished_in_another_archive_under_the_same_config_is_copied(
   assert '2 finished (skipped), 0 to run' in out.getvalue()
 
 
+def test_dry_run_shows_what_the_sweep_would_copy_and_writes_nothing(tmp_path):
+  """The status before a run: a trial another experiment's archive holds under the same config
+  reads as `shared`, with the donor's result and where it comes from; one whose config differs
+  stays new; --noshare lists it as new too. Nothing is copied or created."""
+  experiment, archive, workdir = _setup(tmp_path)
+  for share, seed0 in ((True, ['shared', '0/4', 'seed=0', 'test sequence_accuracy 0.8750 '
+                                '(as bottleneck/timing=luong,seed=0)']),
+                       (False, ['new', '0/4', 'seed=0'])):
+    out = io.StringIO()
+    assert sweep.run_sweep(experiment, workdir, archive=archive, share=share, dry_run=True,
+                           out=out) == 0
+    rows = {line.split()[3]: line.split(None, 4)[1:] for line in out.getvalue().splitlines()
+            if line.strip()[:1].isdigit()}
+    assert rows['seed=0'] == seed0
+    assert rows['seed=1'] == ['new', '0/4', 'seed=1']
+  assert not os.path.exists(workdir) and not os.path.exists(archive)
+
+
 def test_a_copy_of_a_copy_names_the_original(tmp_path):
   experiment, archive, workdir = _setup(tmp_path)
   [first, _] = trials_lib.load_experiment(experiment).trials

@@ -85,10 +85,32 @@ def _print(line: str = '', out=None) -> None:
   print(line, file=out or sys.stdout, flush=True)
 
 
-def describe(experiment, selected, workdir, dirs, states, configs, errors, out=None) -> None:
+def what_the_archives_hold(trials, configs, errors, states, dirs, archive, *, share: bool):
+  """For a dry run: (trial name -> the directory to read it from, name -> a note). A trial
+  not finished here that the sweep would restore from `archive` reads as 'archived' there; one
+  it would copy from another experiment's archive (same config, shared.py) as 'shared', with
+  where from. Updates `states`; writes nothing."""
+  shown, notes = dict(dirs), {}
+  donors = shared_lib.donors(archive) if share else {}
+  root = os.path.dirname(os.path.abspath(archive))
+  for trial in trials:
+    if states[trial.name] == 'finished' or trial.name in errors:
+      continue
+    kept = os.path.join(archive, trial.name)
+    donor = donors.get(shared_lib.config_key(configs[trial.name].to_dict()))
+    if trial_dirs.trial_state(kept) == 'finished':
+      states[trial.name], shown[trial.name] = 'archived', kept
+    elif donor:
+      states[trial.name], shown[trial.name] = 'shared', donor
+      notes[trial.name] = f'(as {os.path.relpath(os.path.abspath(donor), root)})'
+  return shown, notes
+
+
+def describe(experiment, selected, workdir, dirs, states, configs, errors, out=None,
+             notes=None) -> None:
   """The dry-run listing, also a sweep's status while it runs: one line per trial with its
   state, the step it trained to of its cap, and its test result or its best eval so far, read
-  from `dirs` (trial name -> its directory, or its archived copy)."""
+  from `dirs` (trial name -> its directory, or its archived copy), and `notes` (name -> text)."""
   fixed = ', '.join(f'{k}={trials_lib.format_value(v)}' for k, v in experiment.fixed.items())
   _print(
     f'{experiment.path}: {len(selected)} trials from {experiment.base}'
@@ -109,7 +131,8 @@ def describe(experiment, selected, workdir, dirs, states, configs, errors, out=N
     config, directory = configs[trial.name], dirs[trial.name]
     step = f'{sweep_runner.last_train_step(directory)}/{config.train.num_steps}'
     metric = selection.resolve_metric(config.train.select_metric, config.task.name)
-    result = trial_dirs.result_line(directory, metric)
+    result = ' '.join(filter(None, (trial_dirs.result_line(directory, metric),
+                                    (notes or {}).get(trial.name))))
     _print(f'  {i:>3}  {states[trial.name]:<11} {step:>13}  {trial.name}  {result}'.rstrip(), out)
   example = selected[0]
   _print(f'first command: {shlex.join(example.command(os.path.join(workdir, example.name)))}', out)
@@ -246,12 +269,11 @@ def run_sweep(
   if dry_run:
     names = {t.name for t in chosen}
     listed = [t for t in trials if t.name in names or t.name in errors]  # errors always show
-    shown = dict(dirs)
-    for trial in trials if archive else ():  # what the sweep would restore from the archive
-      kept = os.path.join(archive, trial.name)
-      if states[trial.name] != 'finished' and trial_dirs.trial_state(kept) == 'finished':
-        states[trial.name], shown[trial.name] = 'archived', kept
-    describe(experiment, listed, workdir, shown, states, configs, errors, out)
+    shown, notes = dict(dirs), {}
+    if archive:
+      shown, notes = what_the_archives_hold(trials, configs, errors, states, dirs, archive,
+                                            share=share)
+    describe(experiment, listed, workdir, shown, states, configs, errors, out, notes)
     return 1 if errors else 0
   for trial in trials:  # other settings are refused before anything is written
     trial_dirs.check_same_trial(dirs[trial.name], trial)
