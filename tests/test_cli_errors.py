@@ -78,6 +78,9 @@ def test_other_entry_points_report_usage_errors_in_one_line(module):
   ('attnlab.report', [], 'holds no sweep.json'),
   ('attnlab.run_report', ['--out={out}'], 'is not a finished run directory'),
   ('attnlab.sweep', ['experiments/nothing.py', '--workdir={out}'], 'nothing.py'),
+  # 0 is the default (one trial locally); below it nothing could run
+  ('attnlab.sweep', ['experiments/heads.py', '--workdir={out}', '--parallel=-1'],
+   '--parallel=-1: -1 is not a non-negative integer'),
 ])
 def test_other_entry_points_report_user_errors_in_one_line(tmp_path, module, args, message):
   """A sweep or run directory that is not one: the same one line and exit 2 as attnlab.main."""

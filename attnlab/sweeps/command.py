@@ -58,7 +58,7 @@ from attnlab.sweeps.trials import SweepError
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Sweep directory: one subdirectory per trial.')
 _PARALLEL = flags.DEFINE_integer(
-  'parallel', 0, 'Trials at once (local: default 1; slurm: default no limit).'
+  'parallel', 0, 'Trials at once (0: local 1, slurm no limit).', lower_bound=0
 )
 _DRY_RUN = flags.DEFINE_bool('dry_run', False, 'List the trials and their state; run nothing.')
 _BACKEND = flags.DEFINE_enum('backend', 'local', ['local', 'slurm'], 'Where trials run.')
@@ -78,7 +78,9 @@ _SELECT = flags.DEFINE_string(
 )
 _TRIAL = flags.DEFINE_string('trial', None, 'Run only this trial (name); used by slurm tasks.')
 _REPORT = flags.DEFINE_bool('report', True, 'Write the report when the trials are done.')
-_PROGRESS_EVERY = flags.DEFINE_float('progress_every', 30.0, 'Seconds between progress lines.')
+_PROGRESS_EVERY = flags.DEFINE_float(
+  'progress_every', 30.0, 'Seconds between progress lines.', lower_bound=0
+)
 
 
 def _print(line: str = '', out=None) -> None:
