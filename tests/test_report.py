@@ -237,6 +237,17 @@ def test_golden_results_md(tmp_path):
   assert text == GOLDEN_MD
 
 
+def test_a_metric_no_trial_reports_is_refused_before_the_report_is_rewritten(tmp_path):
+  root = make_sweep(str(tmp_path))
+  path = report.write_report(root, plots=False)
+  before = {name: open(os.path.join(root, name)).read() for name in ('results.md', 'results.csv')}
+  with pytest.raises(SweepError, match=r'--metric=wre: no finished trial reports that test '
+                     r'metric; choose from auto, alignment_error_rate, .*sequence_accuracy'):
+    report.write_report(root, 'wre', plots=False)
+  assert {name: open(os.path.join(root, name)).read() for name in before} == before
+  assert report.write_report(root, 'loss', plots=False) == path  # any reported number ranks
+
+
 def test_golden_results_csv(tmp_path):
   root = make_sweep(str(tmp_path))
   report.write_report(root, plots=False)

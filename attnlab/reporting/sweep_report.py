@@ -336,10 +336,23 @@ def csv_text(groups: dict[str, list[Variant]], metric: str) -> str:
   return out.getvalue()
 
 
+def check_metric(groups: dict[str, list[Variant]], metric: str) -> None:
+  """A SweepError naming the choices unless `metric` is 'auto' or a number some finished
+  trial's test metrics hold."""
+  reported = sorted({k for vs in groups.values() for v in vs for r in v.finished
+                     for k, x in r.test.items() if is_number(x)})
+  if metric != 'auto' and metric not in reported:
+    raise trials_lib.SweepError(
+      f'--metric={metric}: no finished trial reports that test metric; choose from auto'
+      + ''.join(f', {m}' for m in reported)
+    )
+
+
 def write_report(workdir: str, metric: str = 'auto', *, plots: bool = True) -> str:
   """Writes results.md, results.csv, plots/ and report.html (the same, self-contained, with
   sortable tables and hoverable heatmaps) into `workdir`; returns the results.md path."""
   manifest, groups = collect(workdir)
+  check_metric(groups, metric)  # before anything is written over the last report
   written = {}
   if plots:
     for group, variants in groups.items():
