@@ -4,6 +4,7 @@ sweep on another machine (a fresh --workdir) that restores them instead of train
 import io
 import json
 import os
+import re
 
 import pytest
 
@@ -147,3 +148,34 @@ def test_the_sweep_command_skips_what_the_archive_holds(tmp_path, fake_python):
   assert '[start]' not in out.getvalue()
   with open(os.path.join(archive, MANIFEST)) as f:
     assert [t['name'] for t in json.load(f)['trials']] == ['seed=0', 'seed=1']
+
+
+def test_another_experiments_folder_is_refused_before_anything_is_written(tmp_path, fake_python):
+  """A second experiment pointed at the first one's --archive or --workdir would write its
+  manifest over the first's and mix two experiments' trials in one report: one error line
+  naming whose folder it is, and the first experiment's files as they were."""
+  first = tmp_path / 'first.py'
+  first.write_text(EXPERIMENT)
+  workdir, archive = str(tmp_path / 'runs' / 'first'), str(tmp_path / 'results' / 'first')
+  assert sweep.run_sweep(str(first), workdir, archive=archive, report=False, out=io.StringIO(),
+                         python=fake_python) == 0
+  second = tmp_path / 'second.py'
+  second.write_text(EXPERIMENT)
+  before = {d: open(os.path.join(d, MANIFEST)).read() for d in (workdir, archive)}
+  # (the second experiment's workdir, its archive, the flag that names the first's folder)
+  mistakes = ((str(tmp_path / 'runs' / 'second'), archive, f'--archive={archive}'),
+              (workdir, None, f'--workdir={workdir}'))
+  for other_workdir, other_archive, flag in mistakes:
+    for dry_run in (True, False):
+      message = f'{flag} holds the sweep of {first}, not of {second}: give each experiment its own'
+      with pytest.raises(SweepError, match=re.escape(message)):
+        sweep.run_sweep(str(second), other_workdir, archive=other_archive, dry_run=dry_run,
+                        report=False, out=io.StringIO(), python=fake_python)
+  assert {d: open(os.path.join(d, MANIFEST)).read() for d in before} == before
+  assert not os.path.exists(tmp_path / 'runs' / 'second')
+  # Its own folders are fine, and a rerun of the first experiment on its own folders too.
+  assert sweep.run_sweep(str(second), str(tmp_path / 'runs' / 'second'), report=False,
+                         archive=str(tmp_path / 'results' / 'second'), out=io.StringIO(),
+                         python=fake_python) == 0
+  assert sweep.run_sweep(str(first), workdir, archive=archive, report=False, out=io.StringIO(),
+                         python=fake_python) == 0

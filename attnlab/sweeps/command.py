@@ -259,6 +259,8 @@ def run_sweep(
 ) -> int:
   """Runs (or lists) the sweep; returns the exit code: 0 when every trial finished."""
   experiment = trials_lib.load_experiment(experiment_path)
+  trials_lib.check_folder_owner(workdir, experiment, '--workdir')
+  trials_lib.check_folder_owner(archive, experiment, '--archive')
   trials = list(experiment.trials)
   if only is not None:
     trials = [t for t in trials if t.name == only]

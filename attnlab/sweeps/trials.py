@@ -289,6 +289,26 @@ def write_manifest(workdir: str, experiment: Experiment, backend: str) -> str:
   return path
 
 
+def check_folder_owner(folder: str | None, experiment: Experiment, flag: str) -> None:
+  """A SweepError when `folder` (a --workdir or --archive) already holds another experiment's
+  sweep: running this one there would write its manifest over that one's and mix the trials
+  of two experiments in one report."""
+  path = os.path.join(folder, MANIFEST) if folder else ''
+  if not os.path.isfile(path):
+    return
+  try:
+    with open(path) as f:
+      owner = json.load(f)
+  except (OSError, ValueError):
+    return  # unreadable: rewritten by this sweep, as before
+  if isinstance(owner, dict) and owner.get('name') not in (None, experiment.name):
+    own = os.path.join(os.path.dirname(os.path.normpath(folder)), experiment.name)
+    raise SweepError(
+      f'{flag}={folder} holds the sweep of {owner.get("experiment")}, not of {experiment.path}: '
+      f'give each experiment its own folder (e.g. {flag}={own})'
+    )
+
+
 def read_manifest(workdir: str) -> tuple[dict, list[Trial]]:
   path = os.path.join(workdir, MANIFEST)
   if not os.path.isfile(path):
