@@ -19,6 +19,8 @@ import hashlib
 import os
 import platform
 
+from attnlab import machine
+
 ENV = 'JAX_COMPILATION_CACHE_DIR'
 MAX_BYTES = 4 << 30  # least recently used programs go first beyond this
 
@@ -26,15 +28,8 @@ MAX_BYTES = 4 << 30  # least recently used programs go first beyond this
 def host_key(cpuinfo: str = '/proc/cpuinfo') -> str:
   """A short name for this host's CPU: its architecture and a hash of the first core's model
   name and instruction-set flags (x86 `flags`, Arm `Features`)."""
-  fields = {}
-  try:
-    with open(cpuinfo) as f:
-      for line in f:
-        name, _, value = line.partition(':')
-        fields.setdefault(name.strip(), value.strip())
-  except OSError:  # not Linux: the processor string has to do
-    fields['model name'] = platform.processor()
-  model = fields.get('model name') or fields.get('Model', '')
+  fields = machine.cpuinfo(cpuinfo)
+  model = fields.get('model name') or fields.get('Model') or platform.processor()  # not Linux
   flags = ' '.join(sorted((fields.get('flags') or fields.get('Features', '')).split()))
   digest = hashlib.sha256(f'{model}\n{flags}'.encode()).hexdigest()[:12]
   return f'{platform.machine()}-{digest}'

@@ -35,6 +35,7 @@ from attnlab import (
   data,
   divergence,
   interrupt,
+  machine,
   metrics,
   optim,
   steps,
@@ -182,7 +183,8 @@ def setup(config: ml_collections.ConfigDict, workdir: str, allow_config_change=(
                                       state.params),
             step=start, lr_scale=optim.lr_scale(state.opt_state) or 1.0,
             run_time=workdir_lib.RunTimeRecord(workdir, first_step=start, started=started,
-                                               cpu_started=cpu_started, enabled=is_writer))
+                                               cpu_started=cpu_started, enabled=is_writer,
+                                               machine=machine.default_machine_name()))
   run.stopped_early = stops_early(run)  # a rerun of a run that stopped early trains no more
   return run, state, batches, start
 

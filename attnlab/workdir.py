@@ -255,10 +255,11 @@ class RunTimeRecord:
   multi-host run's other processes)."""
 
   def __init__(self, workdir: str, *, first_step: int, started: float, cpu_started: float,
-               enabled: bool = True):
-    """started: time.perf_counter() when the run began; cpu_started: time.process_time() then."""
+               enabled: bool = True, machine: str | None = None):
+    """started: time.perf_counter() when the run began; cpu_started: time.process_time() then;
+    machine: what it runs on (attnlab/machine.py), so that its times can be compared."""
     self.workdir, self.first_step, self.started = workdir, first_step, started
-    self.cpu_started = cpu_started
+    self.cpu_started, self.machine = cpu_started, machine
     self.enabled = enabled
     self.update(first_step)
 
@@ -268,7 +269,8 @@ class RunTimeRecord:
     return {'first_step': self.first_step, 'last_step': last_step,
             'wall_s': time.perf_counter() - self.started,
             'cpu_s': time.process_time() - self.cpu_started,
-            'outcome': outcome, 'finished_at': _now()}
+            'outcome': outcome, 'finished_at': _now(),
+            **({'machine': self.machine} if self.machine else {})}
 
   def update(self, last_step: int) -> None:
     if not self.enabled:

@@ -29,6 +29,7 @@ import jax
 
 from attnlab import runs
 from attnlab.data import load_task
+from attnlab.machine import cpu_model_name, default_machine_name
 from benchmarks import measure
 
 RESULTS_DIR = os.path.join(os.path.dirname(__file__), 'results')
@@ -101,8 +102,8 @@ def main(argv=None) -> dict:
       rows[name] = time_decoder(run, words, settings)
       rows[name]['command_s'] = round(time_command(args.workdir, words_file, settings), 2)
       print(name, rows[name], flush=True)
-  machine = args.machine or measure.default_machine_name()
-  result = {'machine': machine, 'cpu': f'{measure.cpu_model_name()}, {os.cpu_count()} cores',
+  machine = args.machine or default_machine_name()
+  result = {'machine': machine, 'cpu': f'{cpu_model_name()}, {os.cpu_count()} cores',
             'devices': f'{jax.device_count()} {jax.default_backend()} device(s)',
             'command': 'python -m benchmarks.decode_speed',
             'workdir': os.path.relpath(args.workdir, REPO),

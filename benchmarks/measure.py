@@ -1,4 +1,5 @@
-"""Timing helpers: interleaved repetitions, load average, matmul peak, machine name.
+"""Timing helpers: interleaved repetitions, load average, matmul peak (the machine's name:
+attnlab/machine.py).
 
 The benchmark machine is shared, so absolute timings drift with other processes' load. Every
 comparison therefore alternates the two frameworks repetition by repetition (ABBA order, so a
@@ -10,8 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
-import re
 import statistics
 import time
 from collections.abc import Callable
@@ -34,73 +33,6 @@ def load_average() -> float:
     return round(os.getloadavg()[0], 2)
   except OSError:
     return 0.0
-
-
-def _cpuinfo() -> dict[str, str]:
-  """The first processor's /proc/cpuinfo fields ({} where there is none)."""
-  fields = {}
-  try:
-    with open('/proc/cpuinfo') as f:
-      for line in f:
-        if not line.strip():
-          break
-        key, _, value = line.partition(':')
-        fields[key.strip()] = value.strip()
-  except OSError:
-    pass
-  return fields
-
-
-def isa_tag(flags: set[str]) -> str:
-  """The widest vector/matrix unit XLA and oneDNN can use: amx, avx512, avx2 or base."""
-  for tag, flag in (('amx', 'amx_tile'), ('avx512', 'avx512f'), ('avx2', 'avx2')):
-    if flag in flags:
-      return tag
-  return 'base'
-
-
-def cpu_model_name() -> str:
-  """`lscpu`'s model name (/proc/cpuinfo), e.g. 'AMD EPYC'."""
-  return _cpuinfo().get('model name') or platform.processor() or platform.machine()
-
-
-def _slug(name: str) -> str:
-  slug = re.sub(r'\((r|tm)\)', '', name.lower())
-  slug = re.sub(r'[^a-z0-9]+', '-', slug).strip('-')
-  return re.sub(r'-(processor|cpu)\b.*', '', slug)[:40] or 'machine'
-
-
-def accelerator_name() -> str | None:
-  """e.g. nvidia-h200-1gpu where JAX computes on a GPU/TPU; None on CPU (starts JAX: call it
-  after attnlab.parallel.tune_host_allocator)."""
-  import jax
-
-  backend = jax.default_backend()
-  if backend == 'cpu':
-    return None
-  return f'{_slug(jax.devices()[0].device_kind)}-{jax.device_count()}{backend}'
-
-
-def default_machine_name() -> str:
-  """The accelerator where JAX has one, else the CPU kind: the results file's name."""
-  return accelerator_name() or machine_name()
-
-
-def machine_name(cpuinfo: dict[str, str] | None = None, cpu_count: int | None = None) -> str:
-  """A stable file name for this machine kind: CPU model, family/model, ISA and core count.
-
-  Cloud VMs often report a bare model name ("AMD EPYC"), which is the same for Zen 3 (AVX2)
-  and Zen 4 (AVX-512): the family/model numbers and the ISA tell them apart, e.g.
-  amd-epyc-f25m17-avx512-2cpu.
-  """
-  info = _cpuinfo() if cpuinfo is None else cpuinfo
-  parts = [_slug(info.get('model name') or platform.processor() or platform.machine())]
-  if 'cpu family' in info and 'model' in info:
-    parts.append(f'f{info["cpu family"]}m{info["model"]}')
-  if 'flags' in info:
-    parts.append(isa_tag(set(info['flags'].split())))
-  parts.append(f'{cpu_count or os.cpu_count()}cpu')
-  return '-'.join(parts)
 
 
 def interleaved(runs: dict[str, Callable[[], float]], reps: int) -> dict[str, dict]:

@@ -33,6 +33,7 @@ import time
 
 import numpy as np
 
+from attnlab import machine
 from benchmarks import measure
 
 RESULTS_DIR = os.path.join(os.path.dirname(__file__), 'results')
@@ -233,7 +234,7 @@ def main(argv=None) -> dict:
   buckets = [int(k) for k in args.num_buckets.split(',')]
   for name in args.tasks.split(','):
     result['padding'][name] = padding_rows(name, buckets)
-  result = {'machine': args.machine or measure.default_machine_name(), **result}
+  result = {'machine': args.machine or machine.default_machine_name(), **result}
   measure.write_result(os.path.join(args.out, f'padding_{result["machine"]}'), result,
                        markdown(result))
   print(markdown(result))

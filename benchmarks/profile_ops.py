@@ -29,6 +29,7 @@ import tempfile
 
 import jax
 
+from attnlab import machine
 from attnlab.parallel import tune_host_allocator
 from benchmarks import jax_side, measure, workloads
 
@@ -189,7 +190,7 @@ def main(argv=None) -> dict:
   if args.out:
     with open(args.out, 'w') as f:
       f.write(f'Command: `python -m benchmarks.profile_ops --workload={args.workload} '
-              f'--what={args.what} --calls={args.calls}` on {measure.default_machine_name()}\n\n')
+              f'--what={args.what} --calls={args.calls}` on {machine.default_machine_name()}\n\n')
       f.write(text)
   return result
 

@@ -24,6 +24,7 @@ import time
 import jax
 import numpy as np
 
+from attnlab.machine import default_machine_name
 from attnlab.parallel import tune_host_allocator
 from benchmarks import compile_check, jax_side, measure, memory, report, workloads
 
@@ -178,7 +179,7 @@ def main(argv=None) -> dict:
   )
   args = parser.parse_args(argv)
   tuned = False if args.default_allocator else tune_host_allocator()
-  machine = args.machine or measure.default_machine_name()
+  machine = args.machine or default_machine_name()
   s = _settings(args.quick)
   with_torch = torch is not None
   if not with_torch:

@@ -34,6 +34,7 @@ import subprocess
 import sys
 import time
 
+from attnlab import machine  # noqa: E402
 from attnlab.parallel import tune_host_allocator  # noqa: E402
 
 ALLOCATOR_TUNED = tune_host_allocator()  # before JAX starts its threads, as benchmarks.run does
@@ -203,8 +204,8 @@ def main(argv=None) -> int:
   flags = cpu_flags()
   header = {
     'workload': workload.name + (' [quick]' if args.quick else ''),
-    'machine': measure.machine_name(),
-    'cpu': measure.cpu_model_name(),
+    'machine': machine.machine_name(),
+    'cpu': machine.cpu_model_name(),
     'bf16/amx flags': ', '.join(sorted(flags & {'avx512f', *BF16_ISA, 'amx_tile'})) or 'none',
     'versions': f'jax {jax.__version__}',
     'env': {k: os.environ[k] for k in ENV_KNOBS if k in os.environ}

@@ -14,7 +14,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from benchmarks import measure, workloads
+from attnlab import machine
+from benchmarks import workloads
 
 BF16_ISA = ('amx_bf16', 'avx512_bf16')  # YNNPACK's fast bf16 dot kernels need one of these
 ENV_KNOBS = (
@@ -212,7 +213,7 @@ def hlo_summary(text: str) -> dict:
 
 
 def cpu_flags() -> set[str]:
-  return set(measure._cpuinfo().get('flags', '').split())
+  return set(machine.cpuinfo().get('flags', '').split())
 
 
 def static_reason(s: Setting, workload: workloads.Workload, flags: set[str]) -> str:

@@ -141,7 +141,7 @@ def test_flop_counter_multiplies_scan_bodies():
 
 
 def test_machine_name_tells_cpu_kinds_apart():
-  from benchmarks.measure import machine_name
+  from attnlab.machine import machine_name
 
   def cpu(name, family, model, flags):
     return {'model name': name, 'cpu family': family, 'model': model, 'flags': flags}

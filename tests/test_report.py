@@ -46,6 +46,8 @@ LAST_STEP = 8  # trained steps; eval every 2, flat after FINAL_STEP: every trial
 # recorded (its line has none) and timing=none has no run_times.jsonl at all.
 CPU = {('luong', 0): (30.0, 40.0), ('luong', 1): (50.0,), ('bahdanau', 0): (90.0,),
        ('bahdanau', 1): (None,)}
+# The machine each process run named (attnlab/machine.py); the bahdanau runs named none.
+MACHINE = {('luong', 0): 'amd-epyc-f25m17-avx512-2cpu', ('luong', 1): 'intel-xeon-f6m167-amx-2cpu'}
 
 
 def _write(path, text):
@@ -133,7 +135,9 @@ def make_sweep(root, *, npz=True):
       json.dumps({'status': 'finished', 'wall_s': WALL[timing, seed], 'attempts': 1}),
     )
     if (timing, seed) in CPU:
-      runs = [{'wall_s': 1.0} | ({} if c is None else {'cpu_s': c}) for c in CPU[timing, seed]]
+      runs = [{'wall_s': 1.0} | ({} if c is None else {'cpu_s': c})
+              | ({'machine': MACHINE[timing, seed]} if (timing, seed) in MACHINE else {})
+              for c in CPU[timing, seed]]
       _write(os.path.join(d, 'run_times.jsonl'), ''.join(json.dumps(r) + '\n' for r in runs))
     if timing != 'none':
       weights = np.full((3, 4), 0.25, np.float32)
@@ -179,7 +183,9 @@ points (percentage points for rates, BLEU/chrF points) over the last 25% of trai
 on best: the test split was evaluated with the trial's best dev checkpoint.
 
 Compute: 5 finished trial(s), 6m20s of trial wall time, 3m30s of CPU time (1m10s per trial; 3 \
-of them recorded it). Wall/trial and CPU/trial below are means over finished seeds.
+of them recorded it). Wall/trial and CPU/trial below are means over finished seeds. Machines: \
+amd-epyc-f25m17-avx512-2cpu (2 process run(s)), intel-xeon-f6m167-amx-2cpu (1 process run(s)), \
+not recorded (2: runs from before run_times.jsonl named it).
 
 ## configs/reverse.py
 

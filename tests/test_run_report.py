@@ -154,7 +154,14 @@ def test_main_with_flags_and_nothing_recorded(run_dir, tmp_path):
   run_report.write_run_report(str(run_dir), str(out))
   text = (out / 'README.md').read_text()
   assert '- Wall time: 1h02m03s (3,723 s, sum over 2 process run(s) in run_times.jsonl); ' \
-         'CPU time 1h00m00s (3,600 s)' in text
+         'CPU time 1h00m00s (3,600 s)\n' in text
+  # ... and the machines they ran on, where they named them.
+  runs = [{**runs[0], 'machine': 'intel-xeon-f6m167-amx-2cpu'},
+          {**runs[1], 'machine': 'amd-epyc-f25m17-avx512-2cpu'}, runs[1]]
+  _write(run_dir / train.RUN_TIMES, _jsonl(runs))
+  run_report.write_run_report(str(run_dir), str(out))
+  assert 'CPU time 1h11m40s (4,300 s); on amd-epyc-f25m17-avx512-2cpu, ' \
+         'intel-xeon-f6m167-amx-2cpu\n' in (out / 'README.md').read_text()
   os.remove(run_dir / train.RUN_TIMES)
   os.remove(run_dir / 'metrics.jsonl')
   run_report.write_run_report(str(run_dir), str(out))

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from smoke_runs import die_before_step, run_cli, smoke_config
 
-from attnlab import checkpoint, config, console, divergence, steps, train
+from attnlab import checkpoint, config, console, divergence, machine, steps, train
 from attnlab import workdir as workdir_lib
 from attnlab.evaluate import Evaluator
 
@@ -63,6 +63,8 @@ def test_interrupted_run_resumes_to_the_same_result(tmp_path, monkeypatch):
   times = [json.loads(line) for line in open(os.path.join(workdir, train.RUN_TIMES))]
   assert [(t['first_step'], t['last_step'], t['outcome']) for t in times] == [
     (0, 3, 'interrupted'), (2, 6, 'finished')]
+  # Each process run names its machine: times from different machines are not comparable.
+  assert [t['machine'] for t in times] == [machine.machine_name()] * 2
 
 
 def test_a_killed_process_keeps_its_wall_time(tmp_path, monkeypatch):

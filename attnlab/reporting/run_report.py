@@ -192,7 +192,9 @@ def _wall_time(run_dir: str, wall_s: float | None) -> str:
   total = sum(times)
   text = f'{duration(total)} ({total:,.0f} s, sum over {len(times)} process run(s) in {RUN_TIMES})'
   cpu = sweep_results.cpu_seconds(lines)
-  return text if cpu is None else f'{text}; CPU time {duration(cpu)} ({cpu:,.0f} s)'
+  text = text if cpu is None else f'{text}; CPU time {duration(cpu)} ({cpu:,.0f} s)'
+  named = sorted({r['machine'] for r in lines if r.get('machine')})
+  return f'{text}; on {", ".join(named)}' if named else text
 
 
 def summary(run_dir: str, result, task: str, config_file: str, command, wall_s) -> list[str]:

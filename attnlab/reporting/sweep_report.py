@@ -23,6 +23,7 @@ as one self-contained page: sortable tables, the plots inline, hoverable attenti
 
 from __future__ import annotations
 
+import collections
 import csv
 import io
 import os
@@ -184,7 +185,22 @@ def compute_line(variants: list[Variant]) -> str:
     count = sum(bool(r.status.get(COPIED_FROM)) for v in variants for r in v.finished)
     line += (f'; {count} of them trained once for another experiment ({", ".join(copied)}: '
              'the same config) and copied, their compute counted in both')
-  return line + '. Wall/trial and CPU/trial below are means over finished seeds.'
+  return line + '. Wall/trial and CPU/trial below are means over finished seeds.' + machines(
+    variants)
+
+
+def machines(variants: list[Variant]) -> str:
+  """' Machines: NAME (N process runs), ...': what the finished trials' times were measured on
+  (run_times.jsonl), '' where no run named its machine."""
+  runs = collections.Counter(t.get('machine') for v in variants for r in v.finished
+                             for t in r.run_times)
+  named = sorted((name, n) for name, n in runs.items() if name)
+  if not named:
+    return ''
+  parts = [f'{name} ({n} process run(s))' for name, n in named]
+  if runs[None]:
+    parts.append(f'not recorded ({runs[None]}: runs from before run_times.jsonl named it)')
+  return ' Machines: ' + ', '.join(parts) + '.'
 
 
 def markdown(
