@@ -44,6 +44,7 @@ from attnlab.sweeps.trials import PROJECT_ROOT, SweepError, Trial
 
 _TAIL_LINES = 30
 WAIT_RETRY_S = 15.0  # between tries of a trial whose config another experiment is training
+DISK_READ_EVERY_S = 5.0  # at most, between reads of the other processes' trials for progress
 _ERROR_LINE = re.compile(r'^(\w+\.)*\w*(Error|Exception|Exit|Interrupt)\b|^FATAL|^Killed')
 
 
@@ -145,6 +146,7 @@ class LocalRunner:
     # others this process has not reached yet are read from disk too (`_all_counts`).
     self._elsewhere: set[str] = set()
     self._trials: Sequence[Trial] = ()
+    self._on_disk: tuple[float, dict[str, int]] | None = None  # (when, counts) of that read
 
   def _print(self, line: str) -> None:
     print(line, file=self.out, flush=True)
@@ -371,14 +373,25 @@ class LocalRunner:
   def _settle(self, name: str, state: str) -> None:
     self._settled.add(name)
     self._counts[state] += 1
+    self._on_disk = None  # it may have been counted there
 
   def _all_counts(self) -> dict[str, int]:
     """finished / failed / running over the trials of this sweep, wherever they run: this
-    process's own, and the others as they stand on disk now. A trial still queued here counts
-    as running when a live process runs it (another worker took it first) and as finished
-    once one has finished it; a failure on disk counts only for a trial left to another
-    process (a queued one is tried again here)."""
-    counts = {**self._counts, 'running': len(self._running)}
+    process's own, and the others as they stand on disk (`_others_on_disk`)."""
+    others = self._others_on_disk()
+    return {state: n + others[state]
+            for state, n in {**self._counts, 'running': len(self._running)}.items()}
+
+  def _others_on_disk(self) -> dict[str, int]:
+    """The trials this process neither ran nor resolved, read from their status files at most
+    every few seconds (the runner polls twice a second; a sweep may hold hundreds of trials).
+    A trial still queued here counts as running when a live process runs it (another worker
+    took it first) and as finished once one has finished it; a failure on disk counts only
+    for a trial left to another process (a queued one is tried again here)."""
+    now = time.monotonic()
+    if self._on_disk and now - self._on_disk[0] < min(self.progress_every, DISK_READ_EVERY_S):
+      return self._on_disk[1]
+    counts = {'finished': 0, 'failed': 0, 'running': 0}
     for trial in self._trials:
       if trial.name in self._settled or trial.name in self._running:
         continue
@@ -388,6 +401,7 @@ class LocalRunner:
         counts[state] += 1
       elif state == 'running' and (trial.name in self._elsewhere or running_elsewhere(directory)):
         counts['running'] += 1
+    self._on_disk = (now, counts)
     return counts
 
   def _ended(self) -> int:
