@@ -9,9 +9,9 @@ import pytest
 import sacrebleu
 
 from attnlab import metrics
+from attnlab.reporting import length_tables, sweep_results
 from attnlab.reporting import stats as report_stats
 from attnlab.reporting import sweep_report as report
-from attnlab.reporting import sweep_results
 
 
 def test_paired_bootstrap_matches_the_normal_approximation():
@@ -194,7 +194,7 @@ def test_bleu_by_length_of_older_trials_is_scored_again_with_its_brevity_penalty
   chrf = [sacrebleu.corpus_chrf([r['hypothesis']], [[r['reference']]]).score for r in rows]
   table = report.by_length_table([sweep_results.Variant('c.py', 'v', {}, [result])])
   head = ['| variant | 0-9 | 10-19 |', '|---|---|---|']
-  penalty, chrf_title = (title for _, title, _ in report.BLEU_PARTS)
+  penalty, chrf_title = (title for _, title, _ in length_tables.BLEU_PARTS)
   assert table[6:] == ['', penalty, '', *head, '| v | 0.368 | 1.000 |',
                        '', chrf_title, '', *head, f'| v | {chrf[0]:.1f} | {chrf[1]:.1f} |']
   # Buckets that already hold every score are read as they are, not scored again.

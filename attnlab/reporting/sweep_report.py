@@ -34,6 +34,7 @@ from absl import app, flags
 from attnlab import cli
 from attnlab.reporting import convergence, html, html_heatmaps
 from attnlab.reporting import plots as report_plots
+from attnlab.reporting.length_tables import by_length_table, fmt_stat
 from attnlab.reporting.stats import (
   BOOTSTRAP_SAMPLES,
   LOWER_IS_BETTER,
@@ -66,13 +67,6 @@ _METRIC = flags.DEFINE_string(
 
 
 
-def _fmt(stat, digits: int = 3) -> str:
-  if stat is None:
-    return '–'
-  mean, std = stat
-  return f'{mean:.{digits}f}' + (f' ± {std:.{digits}f}' if std is not None else '')
-
-
 def _fmt_p(p: float) -> str:
   return f'<{1 / BOOTSTRAP_SAMPLES:.4f}' if p == 0 else f'{p:.3f}'
 
@@ -94,7 +88,7 @@ def group_table(variants: list[Variant], metric: str, best, tests) -> list[str]:
     if v.failed:
       seeds += f' ({len(v.failed)} failed)'
     verdicts = [c for _, c in v.verdicts()]
-    cells = [v.shown_label, seeds, convergence.count_cell(verdicts), _fmt(v.stat(columns[0]))]
+    cells = [v.shown_label, seeds, convergence.count_cell(verdicts), fmt_stat(v.stat(columns[0]))]
     if v is best:
       cells += ['best', '', '']
     else:
@@ -106,7 +100,7 @@ def group_table(variants: list[Variant], metric: str, best, tests) -> list[str]:
       )
       beyond = best and beyond_seed_spread(v.stat(columns[0]), best.stat(columns[0]))
       cells.append({True: 'yes', False: 'no'}.get(beyond, '–'))
-    cells += [_fmt(v.stat(m)) for m in columns[1:]]
+    cells += [fmt_stat(v.stat(m)) for m in columns[1:]]
     params = sorted(
       {
         int(r.final['num_params'])
@@ -152,7 +146,7 @@ def marginal_table(variants: list[Variant], metric: str) -> list[str]:
   for key, by_value in swept.items():
     for value, vs in by_value.items():
       values = [x for v in vs for x in v.values(metric)]
-      lines.append(f'| {short[key]}={value} | {len(values)} | {_fmt(mean_std(values))} |')
+      lines.append(f'| {short[key]}={value} | {len(values)} | {fmt_stat(mean_std(values))} |')
   return lines
 
 
@@ -266,43 +260,6 @@ def markdown(
                 'here.', '']
     lines += [f'- `{r.trial.name}`: {r.state}' for r in others]
   return '\n'.join(lines) + '\n'
-
-
-def by_length_table(variants: list[Variant]) -> list[str]:
-  """The by-length plot's numbers (Bahdanau et al. 2015, Fig. 2), mean ± std over seeds: test
-  BLEU per source-length bucket in words for translation, else test sequence accuracy per
-  bucket in tokens."""
-  bleu, series = report_plots.length_series(variants)
-  if not series:
-    return []
-  metric, unit, digits = ('BLEU', 'words', 1) if bleu else ('sequence accuracy', 'tokens', 3)
-  lines = ['', f'Test {metric} by source length in {unit} (Bahdanau et al. 2015, Fig. 2):', '']
-  lines += _length_rows(series, digits)
-  if bleu:  # what shapes the BLEU curve: output length against the references, and chrF
-    for score, title, digits in BLEU_PARTS:
-      _, parts = report_plots.length_series(variants, score)
-      if parts:
-        lines += ['', title, ''] + _length_rows(parts, digits)
-  return lines
-
-
-# The parts of the BLEU-by-length table beside it (metrics.bleu_by_length), with their digits.
-BLEU_PARTS = (
-  ('brevity_penalty', "BLEU's brevity penalty in each bucket (1 = output not shorter than the "
-   'references; below, exp(1 - reference length / output length) multiplies the BLEU above):',
-   3),
-  ('chrf', 'Test chrF by source length in words (character n-grams, no brevity penalty):', 1),
-)
-
-
-def _length_rows(series: dict[str, dict[str, list[float]]], digits: int) -> list[str]:
-  """A markdown table: variant x source-length bucket, mean ± std over seeds."""
-  buckets = sorted({b for s in series.values() for b in s}, key=report_plots.bucket_start)
-  lines = ['| variant | ' + ' | '.join(buckets) + ' |', '|' + '---|' * (len(buckets) + 1)]
-  for label, per_bucket in series.items():
-    cells = [_fmt(mean_std(per_bucket[b]), digits) if b in per_bucket else '–' for b in buckets]
-    lines.append(f'| {label} | ' + ' | '.join(cells) + ' |')
-  return lines
 
 
 def csv_text(groups: dict[str, list[Variant]], metric: str) -> str:
