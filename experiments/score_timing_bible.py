@@ -20,4 +20,4 @@ BASE = 'configs/bible.py'
 
 
 def sweep(add):
-  grid(add, 'configs/bible.py', sizes.BIBLE_SMALL, sizes.BIBLE_SEEDS)
+  grid(add, 'configs/bible.py', sizes.BIBLE_SMALL, sizes.LONG_TRIAL_SEEDS)
