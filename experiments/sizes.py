@@ -92,8 +92,8 @@ G2P_TRANSFORMER = {
   'train.label_smoothing': 0.0,
   **PLATEAU,
   # PLATEAU's floor stopped the Transformer still gaining: 1 and 2 heads (seed 0) improved eval
-  # WER 0.4-0.7 points at 1/8 and 0.1-0.6 at 1/16 of the peak and moved 1.0 and 1.1 points over their
-  # last quarter (the report's convergence table), where the G2P RNN gained 0.01-0.1. So the
+  # WER 0.4-0.7 points at 1/8 and 0.1-0.6 at 1/16 of the peak and moved 1.0 and 1.1 points over
+  # their last quarter (the report's convergence table), where the G2P RNN gained 0.01-0.1. So the
   # stop is left to train.patience, as for LONG_SYNTHETIC; trials that ended at the floor train
   # on from their checkpoints (attnlab/sweeps/trial_dirs.py).
   'optim.plateau_min_scale': 1 / 1024,
