@@ -66,7 +66,25 @@ def timed(fn: Callable[[], object]) -> tuple[float, object]:
   return time.perf_counter() - start, out
 
 
-def jax_matmul_gflops(n: int = 1024, reps: int = 10, dtype: str = 'float32') -> float:
+# A peak is the best of up to PEAK_REPS calls, but no more calls than fit in PEAK_BUDGET_S once
+# PEAK_MIN_REPS are done: a path without hardware support (PyTorch's bf16 matmul on AVX2 takes
+# ~2 s a call) would otherwise spend most of a quick run measuring its own slowness.
+PEAK_REPS, PEAK_MIN_REPS, PEAK_BUDGET_S = 10, 3, 5.0
+
+
+def best_seconds(fn: Callable[[], object], reps: int = PEAK_REPS) -> float:
+  """The fastest of `reps` calls of `fn` (at least PEAK_MIN_REPS, fewer than `reps` once
+  PEAK_BUDGET_S has passed)."""
+  times = []
+  started = time.perf_counter()
+  while len(times) < reps:
+    times.append(timed(fn)[0])
+    if len(times) >= PEAK_MIN_REPS and time.perf_counter() - started > PEAK_BUDGET_S:
+      break
+  return min(times)
+
+
+def jax_matmul_gflops(n: int = 1024, reps: int = PEAK_REPS, dtype: str = 'float32') -> float:
   """Best n x n matmul rate of XLA on this machine, GFLOP/s: float32, or bfloat16 operands
   summed in float32 (what attnlab's bf16 matmuls run, models/matmul.py)."""
   import jax
@@ -75,17 +93,17 @@ def jax_matmul_gflops(n: int = 1024, reps: int = 10, dtype: str = 'float32') -> 
   a = jnp.asarray(np.random.default_rng(0).standard_normal((n, n)), dtype)
   mm = jax.jit(lambda x, y: jnp.matmul(x, y, preferred_element_type=jnp.float32))
   mm(a, a).block_until_ready()
-  best = min(timed(lambda: mm(a, a).block_until_ready())[0] for _ in range(reps))
+  best = best_seconds(lambda: mm(a, a).block_until_ready(), reps)
   return 2 * n**3 / best / 1e9
 
 
-def torch_matmul_gflops(n: int = 1024, reps: int = 10, dtype: str = 'float32') -> float:
+def torch_matmul_gflops(n: int = 1024, reps: int = PEAK_REPS, dtype: str = 'float32') -> float:
   """Best n x n matmul rate of PyTorch on this machine, GFLOP/s (float32 or bfloat16)."""
   import torch
 
   a = torch.randn(n, n).to(getattr(torch, dtype))
   a @ a
-  best = min(timed(lambda: a @ a)[0] for _ in range(reps))
+  best = best_seconds(lambda: a @ a, reps)
   return 2 * n**3 / best / 1e9
 
 
@@ -96,7 +114,7 @@ STEP_MATMUL = (64, 512, 1024)
 STEP_LOOP = 16
 
 
-def jax_step_matmul_gflops(reps: int = 10) -> float:
+def jax_step_matmul_gflops(reps: int = PEAK_REPS) -> float:
   """Best float32 rate of XLA at the RNN step's matmul shape inside a scan, GFLOP/s."""
   import jax
   import jax.numpy as jnp
@@ -114,11 +132,11 @@ def jax_step_matmul_gflops(reps: int = 10) -> float:
 
   run = jax.jit(loop)
   run(x0, w).block_until_ready()
-  best = min(timed(lambda: run(x0, w).block_until_ready())[0] for _ in range(reps))
+  best = best_seconds(lambda: run(x0, w).block_until_ready(), reps)
   return 2 * m * k * n * STEP_LOOP / best / 1e9
 
 
-def torch_step_matmul_gflops(reps: int = 10) -> float:
+def torch_step_matmul_gflops(reps: int = PEAK_REPS) -> float:
   """The same loop in PyTorch (eager, as the reference's decoder step loop runs)."""
   import torch
 
@@ -133,7 +151,7 @@ def torch_step_matmul_gflops(reps: int = 10) -> float:
 
   with torch.inference_mode():
     loop()
-    best = min(timed(loop)[0] for _ in range(reps))
+    best = best_seconds(loop, reps)
   return 2 * m * k * n * STEP_LOOP / best / 1e9
 
 

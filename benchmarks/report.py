@@ -77,14 +77,16 @@ def _bf16_peak(result: dict) -> str:
 
 def markdown(result: dict) -> str:
   s = result['settings']
-  d = result['default_config']
+  d = result.get('default_config')
   lines = [
     f'# attnlab benchmark: {result["machine"]}\n\n',
     f'Command: `{result["command"]}` ({result["wall_s"]:.0f} s; jax {result["versions"]["jax"]}, '
     f'torch {result["versions"]["torch"]}; attnlab on {result.get("backend", "cpu")}, PyTorch on '
     f'cpu; {result["cpu_count"]} CPU cores, load average '
     f'{result["load_at_start"]} at start, {result["load_at_end"]} at end).\n\n',
-    f'Float32 matmul peak (1024^3, best of 10): XLA {result["matmul_gflops"]["jax"]} GFLOP/s, '
+    f'Float32 matmul peak (1024^3, best of {measure.PEAK_REPS} calls, or of at least '
+    f'{measure.PEAK_MIN_REPS} within {measure.PEAK_BUDGET_S:.0f} s): '
+    f'XLA {result["matmul_gflops"]["jax"]} GFLOP/s, '
     f'PyTorch {result["matmul_gflops"]["torch"]} GFLOP/s; MFU uses the larger.'
     + _bf16_peak(result)
     + _step_matmul(result)
@@ -127,10 +129,11 @@ def markdown(result: dict) -> str:
         f'{r["greedy_b1_jax_ms"]:.1f} ms, PyTorch {_f(r.get("greedy_b1_torch_ms"), "{:.1f}")} ms '
         f'(x{_f(r.get("greedy_b1_ratio"), "{:.2f}")}).\n'
       )
-  lines.append(
-    f'\nDefault config ({d["config"]}), real input pipeline, {d["steps"]} steps: batch shapes '
-    f'{", ".join(d["batch_shapes"])}; the train step was traced {d["train_traces"]} time(s); '
-    f'first call per shape (trace + compile + 1 step) {d["train_first_call_s"]} s; greedy '
-    f'search first call {d["greedy_first_call_s"]} s.\n'
-  )
+  if d:  # not in an --only run
+    lines.append(
+      f'\nDefault config ({d["config"]}), real input pipeline, {d["steps"]} steps: batch shapes '
+      f'{", ".join(d["batch_shapes"])}; the train step was traced {d["train_traces"]} time(s); '
+      f'first call per shape (trace + compile + 1 step) {d["train_first_call_s"]} s; greedy '
+      f'search first call {d["greedy_first_call_s"]} s.\n'
+    )
   return ''.join(lines)

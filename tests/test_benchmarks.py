@@ -49,11 +49,30 @@ def test_bf16_matmul_row_runs_against_torch_autocast_and_the_bf16_peak(tmp_path)
                      '--machine=ci'])
   (row,) = result['rows']
   assert row['workload'] == name and row['dtype'] == 'bfloat16_matmuls'
+  assert 'default_config' not in result  # --only: the chosen rows, not the compilation check
   assert set(result['matmul_gflops_bf16']) == {'jax', 'torch'}  # its MFU's peak, measured
   assert 'Bfloat16 operands summed in float32' in (tmp_path / 'ci.md').read_text()
   if result['versions']['torch'] is not None:
     # Both sides round the same weight matmuls' operands to bf16: close, not equal.
     assert 0 < row['max_logit_diff'] < 0.05 and row['train_ratio'] > 0
+
+
+def test_a_peak_is_the_best_call_and_a_slow_one_stops_at_the_budget(monkeypatch):
+  from benchmarks import measure
+
+  durations = iter([0.3, 0.1, 0.2, 0.4, 0.05] + [0.5] * 10)
+  clock = {'now': 0.0}
+
+  def call():  # a call that takes the next duration of a fake clock
+    clock['now'] += next(durations)
+
+  monkeypatch.setattr(measure.time, 'perf_counter', lambda: clock['now'])
+  monkeypatch.setattr(measure, 'PEAK_BUDGET_S', 0.5)
+  # 0.6 s have passed after the third call: the budget stops it at PEAK_MIN_REPS = 3.
+  assert measure.best_seconds(call) == pytest.approx(0.1) and clock['now'] == pytest.approx(0.6)
+  monkeypatch.setattr(measure, 'PEAK_BUDGET_S', 100.0)
+  assert measure.best_seconds(call, reps=3) == pytest.approx(0.05)  # within the budget: 3 calls
+  assert next(durations) == 0.5
 
 
 def test_torch_autocast_reference_rounds_like_bf16_matmuls():

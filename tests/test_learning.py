@@ -1,8 +1,10 @@
 """End to end: attention learns to reverse; the fixed-vector bottleneck does measurably worse.
 
 Reverse (lengths 5-20, vocabulary 20) with the demo's model: Luong attention must reach
->= 99% sequence accuracy on the eval split within 1000 steps; the same model without attention
+>= 99% sequence accuracy on the eval split within 600 steps; the same model without attention
 (timing=none) must be clearly worse on the longest sources (Bahdanau et al. 2015, Fig. 2).
+The budget has margin: on a Zen 3 Luong reached 0.993 at 300 and 400 steps and 1.000 at 600
+(15-19 symbols: 1.000), where the bottleneck was at 0.000 on 15-19 symbols.
 """
 
 import pytest
@@ -10,7 +12,7 @@ import pytest
 from attnlab import train
 from configs import reverse
 
-STEPS = 1000
+STEPS = 600
 
 
 def trained(variant: str, workdir: str) -> dict:
