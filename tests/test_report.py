@@ -201,6 +201,18 @@ attention_entropy | alignment_error_rate | params | tokens/s | wall/trial | CPU/
 | timing=none | 1/2 (1 failed) | 1/1 | 0.000 | -1.000 [-1.000, -1.000] | <0.0005 | – | – | – \
 | 800 | 1,500 | 0m30s | – |
 
+One setting at a time (pairs of variants that differ in that setting alone, the others held; \
+test sequence_accuracy; Δ: the second minus the first, measured as in the main table, on the \
+seeds both finished):
+
+| setting | held | first → second | sequence_accuracy | Δ [95% CI] | p | beyond seeds |
+|---|---|---|---|---|---|---|
+| timing | – | luong → bahdanau | 0.875 ± 0.177 → 0.875 ± 0.177 | +0.000 [+0.000, +0.000] | \
+1.000 | no |
+| timing | – | luong → none | 0.875 ± 0.177 → 0.000 | -1.000 [-1.000, -1.000] | <0.0005 | – |
+| timing | – | bahdanau → none | 0.875 ± 0.177 → 0.000 | -1.000 [-1.000, -1.000] | <0.0005 \
+| – |
+
 Test sequence accuracy by source length in tokens (Bahdanau et al. 2015, Fig. 2):
 
 | variant | 5-9 | 10-14 |

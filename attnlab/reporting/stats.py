@@ -80,6 +80,22 @@ def beyond_seed_spread(a: tuple[float, float | None], b: tuple[float, float | No
   return abs(a[0] - b[0]) > a[1] + b[1]
 
 
+def bootstrap_cells(test: dict | None) -> list[str]:
+  """A report's 'Δ [95% CI]' and 'p' cells for a `paired_test` result ('–' and '' without)."""
+  if not test:
+    return ['–', '']
+  p = test['p_value']
+  return [
+    f'{test["delta"]:+.3f} [{test["ci_low"]:+.3f}, {test["ci_high"]:+.3f}]',
+    f'<{1 / BOOTSTRAP_SAMPLES:.4f}' if p == 0 else f'{p:.3f}',
+  ]
+
+
+def beyond_cell(a, b) -> str:
+  """A report's 'beyond seeds' cell for two (mean, seed std): yes, no, or '–' (one seed)."""
+  return {True: 'yes', False: 'no'}.get(beyond_seed_spread(a, b), '–')
+
+
 def paired_correctness(best, other) -> tuple[list[bool], list[bool]]:
   """Correctness of both variants on the test examples they share, seed by seed."""
   return _paired(best, other, 'predictions')
@@ -131,19 +147,26 @@ def primary_metric(variants: list, requested: str) -> str:
   return 'wer' if any(v.values('wer') for v in variants) else 'sequence_accuracy'
 
 
-def significance(variants: list, best, metric: str) -> dict[str, dict]:
-  """Variant label -> paired bootstrap of that variant against `best` (none for `best`): of
-  corpus BLEU when `metric` is BLEU, else of exact-match correctness."""
+def paired_test(first, second, metric: str) -> dict | None:
+  """Paired bootstrap of variant `second` against `first` on their shared test examples (what
+  `paired_bootstrap` returns, of corpus BLEU when `metric` is BLEU, else of exact-match
+  correctness); None when they share none (a variant not run, no predictions written)."""
   pairs, test = (
     (paired_bleu_statistics, paired_bootstrap_bleu)
     if metric == 'bleu'
     else (paired_correctness, paired_bootstrap)
   )
+  a, b = pairs(first, second)
+  return test(a, b) if a else None
+
+
+def significance(variants: list, best, metric: str) -> dict[str, dict]:
+  """Variant label -> `paired_test` of that variant against `best` (none for `best`)."""
   out = {}
   for v in variants:
     if best is None or v is best:
       continue
-    a, b = pairs(best, v)
-    if a:
-      out[v.label] = test(a, b)
+    test = paired_test(best, v, metric)
+    if test:
+      out[v.label] = test
   return out

@@ -16,7 +16,8 @@ Significance (reporting/stats.py): each variant against the best one of its grou
 paired bootstrap of per-example exact-match correctness, read from each trial's
 predictions_test.jsonl ({"index": i, "correct": true} per line), or of corpus BLEU of its
 "hypothesis" and "references" where the group is ranked by BLEU; and whether the gap between
-the means exceeds the two seed stds added. Plots
+the means exceeds the two seed stds added. The same test for each pair of variants that differ
+in one setting alone, the others held (reporting/effects.py). Plots
 (reporting/plots.py) go to DIR/plots/. DIR/report.html (reporting/html.py) is results.md
 as one self-contained page: sortable tables, the plots inline, hoverable attention heatmaps.
 """
@@ -32,13 +33,14 @@ import numpy as np
 from absl import app, flags
 
 from attnlab import cli
-from attnlab.reporting import convergence, html, html_heatmaps
+from attnlab.reporting import convergence, effects, html, html_heatmaps
 from attnlab.reporting import plots as report_plots
 from attnlab.reporting.length_tables import by_length_table, fmt_stat
 from attnlab.reporting.stats import (
   BOOTSTRAP_SAMPLES,
   LOWER_IS_BETTER,
-  beyond_seed_spread,
+  beyond_cell,
+  bootstrap_cells,
   primary_metric,
   rank,
   significance,
@@ -67,10 +69,6 @@ _METRIC = flags.DEFINE_string(
 
 
 
-def _fmt_p(p: float) -> str:
-  return f'<{1 / BOOTSTRAP_SAMPLES:.4f}' if p == 0 else f'{p:.3f}'
-
-
 def _columns(variants: list[Variant], metric: str) -> list[str]:
   present = lambda m: any(v.values(m) for v in variants)
   extras = [m for m in EXTRA_METRICS + ATTENTION_METRICS if m != metric and present(m)]
@@ -92,14 +90,8 @@ def group_table(variants: list[Variant], metric: str, best, tests) -> list[str]:
     if v is best:
       cells += ['best', '', '']
     else:
-      t = tests.get(v.label)
-      cells += (
-        [f'{t["delta"]:+.3f} [{t["ci_low"]:+.3f}, {t["ci_high"]:+.3f}]', _fmt_p(t['p_value'])]
-        if t
-        else ['–', '']
-      )
-      beyond = best and beyond_seed_spread(v.stat(columns[0]), best.stat(columns[0]))
-      cells.append({True: 'yes', False: 'no'}.get(beyond, '–'))
+      cells += bootstrap_cells(tests.get(v.label))
+      cells.append(beyond_cell(v.stat(columns[0]), best.stat(columns[0])) if best else '–')
     cells += [fmt_stat(v.stat(m)) for m in columns[1:]]
     params = sorted(
       {
@@ -232,6 +224,7 @@ def markdown(
     if named:
       lines += ['', 'Variants: ' + '; '.join(f'{v.label}: `{v.settings}`' for v in named) + '.']
     lines += marginal_table(variants, ranked_by)
+    lines += effects.pairs_table(variants, ranked_by, best)
     flag = convergence.flag_line([(v.label, v.verdicts()) for v in variants])
     if flag:
       lines += ['', flag]

@@ -1,0 +1,90 @@
+"""Report: the one-setting-at-a-time table (reporting/effects.py) of a score x timing grid."""
+
+from attnlab.reporting import effects, stats, sweep_results
+from attnlab.sweeps.trials import Trial
+
+SCORE, TIMING = 'model.attention.score', 'model.attention.timing'
+
+# (score, timing) -> per seed: (test WER, per-example correctness of its 4 test examples). The
+# correctness is all-or-nothing per variant, so every paired difference is the same on every
+# example and the bootstrap interval is exact whatever the resampling. general x luong is not
+# run; 'none' (no attention, no score) differs from every variant in two settings.
+GRID = {
+  ('dot', 'bahdanau'): {0: (0.10, 1), 1: (0.12, 1)},
+  ('general', 'bahdanau'): {0: (0.11, 1), 1: (0.13, 1)},
+  ('concat', 'bahdanau'): {0: (0.50, 0), 1: (0.52, 0)},
+  ('dot', 'luong'): {0: (0.20, 0), 1: (0.30, 0)},
+  ('general', 'luong'): {},
+  (None, 'none'): {0: (0.90, 0)},
+}
+
+
+def _variant(score, timing, seeds):
+  overrides = {SCORE: score, TIMING: timing} if score else {TIMING: timing}
+  label = f'{score},{timing}'
+  results = [
+    sweep_results.TrialResult(
+      Trial(f'{label},seed={seed}', 'configs/g2p.py', {**overrides, 'seed': seed}, {}),
+      '', 'finished', {}, {'test': {'wer': wer}}, [], dict.fromkeys(range(4), bool(correct)),
+    )
+    for seed, (wer, correct) in seeds.items()
+  ] or [
+    sweep_results.TrialResult(
+      Trial(f'{label},seed=0', 'configs/g2p.py', {**overrides, 'seed': 0}, {}),
+      '', 'new', {}, None, [], None,
+    )
+  ]
+  return sweep_results.Variant('configs/g2p.py', label, overrides, results)
+
+
+def _grid():
+  return [_variant(score, timing, seeds) for (score, timing), seeds in GRID.items()]
+
+
+def test_pairs_differ_in_one_setting_alone():
+  found = [(p.key, p.held, p.first.label, p.second.label) for p in effects.pairs(_grid())]
+  bahdanau, luong = ((TIMING, 'bahdanau'),), ((TIMING, 'luong'),)
+  assert found == [
+    (SCORE, bahdanau, 'dot,bahdanau', 'general,bahdanau'),
+    (SCORE, bahdanau, 'dot,bahdanau', 'concat,bahdanau'),
+    (SCORE, bahdanau, 'general,bahdanau', 'concat,bahdanau'),
+    (SCORE, luong, 'dot,luong', 'general,luong'),
+    (TIMING, ((SCORE, 'dot'),), 'dot,bahdanau', 'dot,luong'),
+    (TIMING, ((SCORE, 'general'),), 'general,bahdanau', 'general,luong'),
+  ]  # concat has one timing; 'none' changes the score and the timing together
+
+
+def test_the_table_tests_each_finished_pair_second_minus_first():
+  variants = _grid()
+  best = stats.rank(variants, 'wer')
+  assert best.label == 'dot,bahdanau'
+  lines = effects.pairs_table(variants, 'wer', best)
+  # Δ is exact-match accuracy of the second minus the first (as in the main table): all right
+  # against all wrong is -1 on every example, so the interval is [-1, -1] and no resample
+  # reaches 0. Beyond seeds: |0.12 - 0.11| = 0.01 is inside the stds 0.014 + 0.014;
+  # |0.51 - 0.12| and |0.25 - 0.11| (stds 0.014 + 0.071) are not.
+  assert lines[5:] == [
+    '| score | timing=bahdanau | dot → general | 0.110 ± 0.014 → 0.120 ± 0.014 | '
+    '+0.000 [+0.000, +0.000] | 1.000 | no |',
+    '| score | timing=bahdanau | dot → concat | 0.110 ± 0.014 → 0.510 ± 0.014 | '
+    '-1.000 [-1.000, -1.000] | <0.0005 | yes |',
+    '| score | timing=bahdanau | general → concat | 0.120 ± 0.014 → 0.510 ± 0.014 | '
+    '-1.000 [-1.000, -1.000] | <0.0005 | yes |',
+    '| timing | score=dot | bahdanau → luong | 0.110 ± 0.014 → 0.250 ± 0.071 | '
+    '-1.000 [-1.000, -1.000] | <0.0005 | yes |',
+    '',
+    '2 more pair(s) wait for a variant with no finished trial.',
+  ]
+  assert lines[4] == '|---|---|---|---|---|---|---|' and 'test wer' in lines[1]
+
+
+def test_no_table_when_the_main_table_already_holds_every_pair():
+  variants = _grid()
+  best = variants[0]
+  # Two variants: their one pair is a comparison with the best.
+  assert effects.pairs_table(variants[:2], 'wer', best) == []
+  # A pair beside the best exists, but no pair has both variants finished yet.
+  general, unrun, dot = variants[1], variants[4], variants[3]  # x bahdanau, x luong, x luong
+  found = [(p.first.label, p.second.label) for p in effects.pairs([general, unrun, dot])]
+  assert found == [('general,luong', 'dot,luong'), ('general,bahdanau', 'general,luong')]
+  assert effects.pairs_table([general, unrun, dot], 'wer', dot) == []
