@@ -8,9 +8,9 @@ import shutil
 import numpy as np
 import pytest
 
-from attnlab.reporting import heatmaps, sweep_results
+from attnlab.reporting import heatmaps
 from attnlab.reporting import sweep_report as report
-from attnlab.sweeps.trials import SweepError, Trial
+from attnlab.sweeps.trials import SweepError
 
 # Fake trials: (timing, seed) -> test results. Four test examples per seed; luong and bahdanau
 # get the same examples right (paired difference 0), none gets every example wrong (paired
@@ -361,46 +361,6 @@ def test_trials_without_a_directory_are_listed_as_new_with_what_that_means(tmp_p
 def test_report_needs_a_sweep_directory(tmp_path):
   with pytest.raises(SweepError, match='no sweep.json'):
     report.write_report(str(tmp_path))
-
-
-def test_pooled_table_averages_each_setting_over_the_others():
-  # score x timing, two seeds: WER = timing's base + score's offset + seed noise, by hand.
-  base = {'bahdanau': 0.28, 'luong': 0.29}
-  offset = {'dot': 0.0, 'concat': 0.002}
-  variants = []
-  for score in offset:
-    for timing in base:
-      overrides = {'model.attention.score': score, 'model.attention.timing': timing}
-      results = [
-        sweep_results.TrialResult(
-          Trial(f'{score},{timing},{seed}', 'configs/g2p.py', {**overrides, 'seed': seed}, {}),
-          '', 'finished', {}, {'test': {'wer': base[timing] + offset[score] + 0.002 * seed}},
-          [], None,
-        )
-        for seed in (0, 1)
-      ]
-      label = f'{score},{timing}'
-      variants.append(sweep_results.Variant('configs/g2p.py', label, overrides, results))
-  lines = report.marginal_table(variants, 'wer')
-  # score=dot pools 0.280, 0.282, 0.290, 0.292: mean 0.286, sample std sqrt(104e-6 / 3) =
-  # 0.0059; timing=bahdanau pools 0.280, 0.282, 0.282, 0.284: 0.282, sqrt(8e-6 / 3) = 0.0016.
-  assert lines[-4:] == [
-    '| score=dot | 4 | 0.286 ± 0.006 |',
-    '| score=concat | 4 | 0.288 ± 0.006 |',
-    '| timing=bahdanau | 4 | 0.282 ± 0.002 |',
-    '| timing=luong | 4 | 0.292 ± 0.002 |',
-  ]
-  assert lines[3] == '| setting | trials | wer |'
-  # One swept setting: the pooled table would repeat the main table.
-  assert report.marginal_table([v for v in variants if 'dot' in v.label], 'wer') == []
-  # A list of decoders (the bottleneck's): the score changes only together with the timing,
-  # so pooling by score would mix timings; timing alone is left, and that is the main table.
-  decoders = [v for v in variants if v.label in ('dot,bahdanau', 'concat,luong')]
-  assert report.marginal_table(decoders, 'wer') == []
-  # Drop one corner of the 2 x 2: each setting is still varied alone somewhere, and pooled.
-  three = [v for v in variants if v.label != 'concat,luong']
-  assert [line.split(' | ')[0] for line in report.marginal_table(three, 'wer')[-4:]] == [
-    '| score=dot', '| score=concat', '| timing=bahdanau', '| timing=luong']
 
 
 def test_compute_line_names_the_trials_copied_from_another_experiment(tmp_path):
