@@ -96,20 +96,11 @@ def test_pooled_table_averages_each_setting_over_the_others():
   # score x timing, two seeds: WER = timing's base + score's offset + seed noise, by hand.
   base = {'bahdanau': 0.28, 'luong': 0.29}
   offset = {'dot': 0.0, 'concat': 0.002}
-  variants = []
-  for score in offset:
-    for timing in base:
-      overrides = {'model.attention.score': score, 'model.attention.timing': timing}
-      results = [
-        sweep_results.TrialResult(
-          Trial(f'{score},{timing},{seed}', 'configs/g2p.py', {**overrides, 'seed': seed}, {}),
-          '', 'finished', {}, {'test': {'wer': base[timing] + offset[score] + 0.002 * seed}},
-          [], None,
-        )
-        for seed in (0, 1)
-      ]
-      label = f'{score},{timing}'
-      variants.append(sweep_results.Variant('configs/g2p.py', label, overrides, results))
+  variants = [
+    _variant(score, timing,
+             {seed: (base[timing] + offset[score] + 0.002 * seed, 1) for seed in (0, 1)})
+    for score in offset for timing in base
+  ]
   lines = report.marginal_table(variants, 'wer')
   # score=dot pools 0.280, 0.282, 0.290, 0.292: mean 0.286, sample std sqrt(104e-6 / 3) =
   # 0.0059; timing=bahdanau pools 0.280, 0.282, 0.282, 0.284: 0.282, sqrt(8e-6 / 3) = 0.0016.
