@@ -164,8 +164,14 @@ def test_ctrl_c_stops_every_worker_of_make_ablations(tmp_path):
   fake = tmp_path / 'python'
   fake.write_text(FAKE_SWEEP.format(python=sys.executable))
   fake.chmod(0o755)
-  make = subprocess.Popen(['make', '-s', 'ablations', f'PY={fake}', '-o', '.venv/.installed',
-                           'ABLATIONS=heads local_global'], cwd=REPO, start_new_session=True,
+  # A terminal's foreground job starts with SIGINT at its default; a suite started under nohup or
+  # as a background job inherits it ignored, and a shell cannot trap a signal ignored on entry.
+  # Exec'ing make from a process that reset it keeps that default without a preexec_fn.
+  with_sigint = ('import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); '
+                 'os.execvp(sys.argv[1], sys.argv[1:])')
+  make = subprocess.Popen([sys.executable, '-c', with_sigint, 'make', '-s', 'ablations',
+                           f'PY={fake}', '-o', '.venv/.installed', 'ABLATIONS=heads local_global'],
+                          cwd=REPO, start_new_session=True,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
   try:
     lines = [make.stdout.readline().strip() for _ in range(2)]
