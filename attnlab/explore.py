@@ -24,14 +24,19 @@ The page and the tests use one JSON API (attnlab/explore_page.py is the page):
                               views {layer, head, weights [T][S], html}]}
 
 A bad request gets a JSON {"error": message} that the page shows: 400 for a body that is not a
-JSON object, no input, an input over MAX_INPUT_CHARS characters or over a run's token limit,
-an n-best size outside 1..MAX_NBEST; 404 for an unknown path or run id; 413 for a body over
+JSON object (or is nested too deep to read), a Content-Length that is not a decimal number, no
+input, an input over MAX_INPUT_CHARS characters or over a run's token limit, an n-best size
+outside 1..MAX_NBEST; 403 for a Host header that is not this server's (below); 404 for an
+unknown path or run id; 408 for a body that stops arriving for SOCKET_TIMEOUT_S; 409 for a
+run's predictions_eval.jsonl that cannot be read (its file and line named); 413 for a body over
 MAX_BODY_BYTES. Anything else is a bug: a 500 with its message, the traceback on stderr, and
 the server keeps serving. A --workdir that is not a run is one `error: ...` line at start.
 
 Binds to 127.0.0.1 by default: only this machine can connect. The page's script may fetch
 from its own origin only (Content-Security-Policy), and /api/decode takes JSON only, so
-another web site cannot post to it with a plain form.
+another web site cannot post to it with a plain form. A request must name this server in its
+Host header (127.0.0.1, localhost, [::1] or the --host given, any port): a web site whose
+name its owner points at 127.0.0.1 (DNS rebinding) sends its own name and is refused.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from __future__ import annotations
 import http
 import json
 import os
+import re
 import sys
 import threading
 import traceback
@@ -55,6 +61,9 @@ MAX_EXAMPLES = 100  # eval examples offered in the page
 MAX_BODY_BYTES = 64 * 1024
 MAX_RUNS = 4  # side by side
 LOOPBACK = ('127.0.0.1', 'localhost', '::1')
+SOCKET_TIMEOUT_S = 30  # a client silent this long mid-request is answered 408 or dropped
+# A Host header: a name or IPv4 address, or an IPv6 address in brackets; then maybe a port.
+_HOST = re.compile(r'(?:\[([0-9a-f:.]+)\]|([^:\[\]@/\s]+))(?::[0-9]+)?')
 
 
 class RequestError(Exception):
@@ -124,19 +133,37 @@ def attention_views(hyp: inference.Hypothesis, source_tokens) -> list[dict]:
 
 
 def read_examples(workdir: str) -> tuple[list[dict], str]:
-  """The first MAX_EXAMPLES of RUN/predictions_eval.jsonl (evaluation writes it) and a note."""
+  """The first MAX_EXAMPLES of RUN/predictions_eval.jsonl (evaluation writes it) and a note;
+  a RequestError (409) naming the file and line where a line is not a JSON object."""
   path = os.path.join(workdir, 'predictions_eval.jsonl')
   if not os.path.isfile(path):
     return [], f'{path} not found: the run has not evaluated its eval split yet'
   examples = []
-  with open(path, encoding='utf-8') as f:
-    for line in f:
+  with open(path, 'rb') as f:  # bytes, so that a bad byte is reported at its own line
+    for number, line in enumerate(f, 1):
       if len(examples) == MAX_EXAMPLES:
         break
-      row = json.loads(line)
+      if not line.strip():
+        continue
+      try:
+        row = json.loads(line.decode('utf-8'))
+      except UnicodeDecodeError as e:
+        raise _corrupt(path, number, f'not UTF-8 ({e.reason} at byte {e.start})') from None
+      except json.JSONDecodeError as e:
+        raise _corrupt(path, number, f'not JSON ({e.msg} at column {e.colno})') from None
+      except RecursionError:
+        raise _corrupt(path, number, 'not JSON that can be read (nested too deep)') from None
+      if not isinstance(row, dict):
+        raise _corrupt(path, number, f'not a JSON object but a {type(row).__name__}')
       examples.append({key: row.get(key) for key in
                        ('index', 'source', 'reference', 'hypothesis', 'correct')})
   return examples, ''
+
+
+def _corrupt(path: str, number: int, reason: str) -> RequestError:
+  return RequestError(409, f'{path} line {number}: {reason}: the file is cut short or corrupt; '
+                           'evaluating the run again rewrites it, or move it away to explore '
+                           'without examples')
 
 
 class Explorer:
@@ -149,7 +176,7 @@ class Explorer:
     self._lock = threading.Lock()  # one decode at a time: decoders cache compiled shapes
 
   def run_id(self, value) -> int:
-    if isinstance(value, str) and value.isdigit():
+    if isinstance(value, str) and value.isascii() and value.isdigit():  # not '²' or '١'
       value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < len(self.runs):
       choices = ', '.join(f'{i} ({label})' for i, label in enumerate(self.labels))
@@ -221,9 +248,16 @@ class Handler(BaseHTTPRequestHandler):
   """Routes the requests of the module docstring to `self.server.explorer`."""
 
   server_version = 'attnlab-explore'
+  timeout = SOCKET_TIMEOUT_S  # on every read and write of the connection (socketserver)
 
   def log_message(self, format, *args):  # noqa: A002 (the base class's name)
     pass  # no line per request; errors go to stderr below
+
+  def handle_one_request(self):
+    try:
+      super().handle_one_request()
+    except TimeoutError:  # a client silent in the middle of its request line or headers
+      self.close_connection = True
 
   def do_GET(self):
     self._respond(self._get)
@@ -249,23 +283,56 @@ class Handler(BaseHTTPRequestHandler):
     kind = self.headers.get('Content-Type', '').split(';')[0].strip()
     if kind != 'application/json':
       raise RequestError(400, 'send the request as JSON (Content-Type: application/json)')
-    try:
-      size = int(self.headers.get('Content-Length', ''))
-    except ValueError:
-      raise RequestError(400, 'the request has no valid Content-Length') from None
+    length = self.headers.get('Content-Length')
+    if length is None:
+      raise RequestError(400, 'the request has no Content-Length')
+    # ASCII digits only: int() would take '-1' (read to the end of the stream), '+16', '1_6'.
+    if not re.fullmatch('[0-9]{1,20}', length):
+      raise RequestError(400, f'Content-Length must be the body\'s size in bytes, a decimal '
+                              f'number, not {length!r}')
+    size = int(length)
     if size > MAX_BODY_BYTES:
       if size <= 16 * MAX_BODY_BYTES:
-        self.rfile.read(size)  # read what was sent, so that the client reads the answer
+        self._read_body(size)  # read what was sent, so that the client reads the answer
       raise RequestError(413, f'the request is {size} bytes; the limit is {MAX_BODY_BYTES}')
-    raw = self.rfile.read(size)
+    raw = self._read_body(size)
     try:
       payload = json.loads(raw.decode('utf-8'))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
       raise RequestError(400, f'the request body is not JSON: {e}') from None
+    except RecursionError:
+      raise RequestError(400, 'the request body is nested deeper than this server reads; send '
+                              'a JSON object such as {"input": "abc", "nbest": 1}') from None
     return self.server.explorer.decode(payload)
+
+  def _read_body(self, size: int) -> bytes:
+    """The `size` bytes of the body; 408 where the client stops sending for self.timeout
+    seconds, 400 where it closes before sending them all."""
+    chunks, got = [], 0
+    try:
+      while got < size:
+        chunk = self.rfile.read1(size - got)
+        if not chunk:
+          raise RequestError(400, f'the request announced {size} bytes and sent {got}')
+        chunks.append(chunk)
+        got += len(chunk)
+    except TimeoutError:
+      raise RequestError(408, f'the request announced {size} bytes, sent {got} and then '
+                              f'nothing for {self.timeout:g} s; send the whole body') from None
+    return b''.join(chunks)
+
+  def _check_host(self):
+    """403 unless the Host header names this server (module docstring: DNS rebinding)."""
+    value = self.headers.get('Host', '')
+    match = _HOST.fullmatch(value.strip().lower())
+    if not match or (match.group(1) or match.group(2)) not in self.server.host_names:
+      names = ', '.join(f'[{n}]' if ':' in n else n for n in self.server.host_names)
+      raise RequestError(403, f'this explorer answers to {names} only, not to Host: '
+                              f'{value!r}; open {self.server.url}')
 
   def _respond(self, route):
     try:
+      self._check_host()
       status, answer = http.HTTPStatus.OK, route()
     except RequestError as e:
       status, answer = e.status, {'error': str(e)}
@@ -286,8 +353,8 @@ class Handler(BaseHTTPRequestHandler):
       self.send_header('X-Frame-Options', 'DENY')
       self.end_headers()
       self.wfile.write(data)
-    except (BrokenPipeError, ConnectionResetError):
-      pass  # the browser went away
+    except (BrokenPipeError, ConnectionResetError, TimeoutError):
+      pass  # the browser went away, or stopped reading
 
 
 class ExplorerServer(ThreadingHTTPServer):
@@ -297,6 +364,9 @@ class ExplorerServer(ThreadingHTTPServer):
 
   def __init__(self, address, explorer: Explorer):
     self.explorer = explorer
+    # The names a Host header may give: the loopback ones and the address it was told to use.
+    given = address[0].lower().strip('[]')
+    self.host_names = tuple(dict.fromkeys(LOOPBACK + ((given,) if given else ())))
     self.page = html.page(explore_page.TITLE, explore_page.body(MAX_INPUT_CHARS, MAX_NBEST),
                           extra_css=explore_page.CSS, extra_js=explore_page.JS,
                           connect_src="'self'")
@@ -337,7 +407,9 @@ def define_flags() -> None:
   flags.DEFINE_multi_string('workdir', [], 'Run directory; repeat the flag for runs side by '
                             'side.')
   flags.DEFINE_string('checkpoint', 'best', 'best, latest or a step number.')
-  flags.DEFINE_string('host', '127.0.0.1', 'Address to listen on (default: this machine only).')
+  flags.DEFINE_string('host', '127.0.0.1', 'Address to listen on (default: this machine only). '
+                      'The page answers requests for this name, 127.0.0.1, localhost and [::1] '
+                      'only: give the name or address that others will type.')
   flags.DEFINE_integer('port', 8000, 'Port to listen on (0: any free port).')
 
 
@@ -362,8 +434,8 @@ def _serve() -> int:
   host = values.host
   server = serve(explorer, host, values.port)
   if host not in LOOPBACK:
-    print(f'warning: --host={host}: anyone who can reach this machine can use the page',
-          file=sys.stderr)
+    print(f'warning: --host={host}: anyone who can reach this machine can use the page (at '
+          f'{server.url}: requests for other names are refused)', file=sys.stderr)
   print(f'attnlab explorer at {server.url} (Ctrl-C to stop)', flush=True)
   try:
     server.serve_forever()

@@ -359,3 +359,93 @@ def test_markdown_subset():
   assert html.body('![gone](missing.png)', '.', {}) == (
     '<div class="figures"><p class="missing">gone: missing.png not found</p></div>'
   )
+
+
+def _planted(tmp_path):
+  """A file outside the report folder (by absolute path, by '..') and the Markdown lines that
+  would inline it; with /etc/hostname where this machine has one."""
+  secret = tmp_path / 'secret.png'
+  secret.write_bytes(b'\x89PNG not for the report')
+  paths = [str(secret), '../secret.png']
+  if os.path.isfile('/etc/hostname') and os.path.getsize('/etc/hostname'):
+    paths.append('/etc/hostname')
+  return paths, [f'![leak]({p})' for p in paths]
+
+
+def _leaked(text: str, paths, base_dir) -> list[str]:
+  """The planted files whose bytes are in `text` as base64."""
+  leaked = []
+  for p in paths:
+    with open(os.path.join(base_dir, p), 'rb') as f:
+      if base64.b64encode(f.read()).decode() in text:
+        leaked.append(p)
+  return leaked
+
+
+def test_a_run_report_inlines_no_file_that_a_task_name_or_command_plants(run_dir, tmp_path):
+  paths, planted = _planted(tmp_path)
+  task = 'reverse\n' + '\n'.join(planted) + '\nx'
+  (run_dir / 'config.json').write_text(json.dumps({'task': {'name': task}, 'seed': 0}))
+  command = f'{test_run_report.COMMAND}\n' + '\r\n'.join(planted) + '\x85\u2028\tend'
+  out = tmp_path / 'out'
+  run_report.write_run_report(str(run_dir), str(out), command=command)
+  text, page = _page(out / 'report.html')
+  assert _leaked(text, paths, out) == []
+  readme = (out / 'README.md').read_text()
+  # Each value stays on its line: the heading, and the command in its code block.
+  assert f'# reverse {" ".join(planted)} x: configs/g2p.py\n' in readme
+  assert f'\n    {test_run_report.COMMAND} {"  ".join(planted)}   end\n' in readme
+  # The report's own plots are still inlined, byte for byte.
+  pngs = [(out / name).read_bytes() for name in ('by_length.png', 'learning_curve.png',
+                                                 'attention/test_step0002000_ex0.png')]
+  assert [base64.b64decode(src.split(',', 1)[1]) for src in page.images()] == pngs
+
+
+def test_a_sweep_report_inlines_no_file_that_its_values_plant(tmp_path):
+  paths, planted = _planted(tmp_path)
+  root = make_sweep(str(tmp_path / 'sweep'))
+  manifest_path = os.path.join(root, 'sweep.json')
+  with open(manifest_path) as f:
+    manifest = json.load(f)
+  manifest['name'] = 'toy\n' + '\n'.join(planted)
+  with open(manifest_path, 'w') as f:
+    json.dump(manifest, f)
+  with open(os.path.join(root, _name('none', 1), 'sweep_status.json'), 'w') as f:
+    json.dump({'status': 'failed', 'wall_s': 5.0, 'error': 'ValueError:\n' + '\n'.join(planted)},
+              f)
+  report.write_report(root)
+  text, page = _page(os.path.join(root, 'report.html'))
+  assert _leaked(text, paths, root) == []
+  with open(os.path.join(root, 'results.md')) as f:
+    lines = f.read().splitlines()
+  assert f'# toy {" ".join(planted)}' in lines
+  assert f'- `timing=none,seed=1`: ValueError: {" ".join(planted)}' in lines
+  plots = [os.path.join(root, 'plots', f'reverse-{k}.png') for k in ('metric', 'by_length',
+                                                                     'curves')]
+  assert [base64.b64decode(src.split(',', 1)[1]) for src in page.images()] == [
+    open(p, 'rb').read() for p in plots]
+
+
+def test_only_images_inside_the_report_folder_are_read(tmp_path):
+  base = tmp_path / 'report'
+  (base / 'plots').mkdir(parents=True)
+  (base / 'plots' / 'a.png').write_bytes(b'\x89PNG inside')
+  (tmp_path / 'secret.png').write_bytes(b'\x89PNG outside')
+  os.symlink(tmp_path / 'secret.png', base / 'plots' / 'link.png')  # inside by name only
+  inside = 'data:image/png;base64,' + base64.b64encode(b'\x89PNG inside').decode()
+  for path in ('plots/a.png', 'plots/../plots/a.png', str(base / 'plots' / 'a.png')):
+    assert Page(html.body(f'![a]({path})', str(base), {})).images() == [inside], path
+  for path in (str(tmp_path / 'secret.png'), '../secret.png', 'plots/../../secret.png',
+               'plots/link.png', '/etc/hostname', 'plots/a.png\x00'):
+    body = html.body(f'![a]({path})', str(base), {})
+    assert body == (f'<div class="figures"><p class="missing">a: {path} is outside the '
+                    "report's folder: not inlined</p></div>"), path
+  assert html.body('![a](plots)', str(base), {}) == (
+    '<div class="figures"><p class="missing">a: plots not found</p></div>')
+
+
+def test_one_line_replaces_control_characters_with_spaces():
+  assert html.one_line('a\nb\r\nc\td\x00e\x1bf\x7fg\x85h\u2028i\u2029j k') == (
+    'a b  c d e f g h i j k')
+  assert html.one_line('ünï ² ✓') == 'ünï ² ✓'
+  assert html.join_lines(['# a\nb', '', '    c\rd']) == '# a b\n\n    c d\n'

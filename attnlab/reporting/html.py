@@ -10,6 +10,12 @@ become sortable (html_assets.JS): a cell that starts with a number ('0.875 ± 0.
 '27.41%', '<0.0005', '1m10s') carries it in `data-sort`. An image line becomes the PNG as a
 base64 data URI, or the HTML that `figures` gives for its path (an interactive heatmap).
 
+Values from runs and sweeps (task names, commands, error messages) are data that someone else
+may have written: the writers join their lines with `join_lines`, which keeps every value on
+its own line (an embedded newline could otherwise start an image line of its own), and only a
+file inside the report's folder (`base_dir`, after symbolic links) is ever read into the page,
+so a shared run cannot pull one of the reader's own files into a report they publish.
+
 Self-contained: style, script and images are inline, and a Content-Security-Policy lets the
 page load nothing at all and run only its own script (by hash). Every string from the
 Markdown is HTML-escaped, so a token like '<script>' shows as text.
@@ -34,6 +40,18 @@ _DURATION = re.compile(r'(?:(\d+)h)?(\d+)m(\d+)s')  # attnlab.sweeps.runner.dura
 _IMAGE = re.compile(r'!\[(.*)\]\(([^()\s]+)\)')
 _RULE = re.compile(r'\|(\s*:?-+:?\s*\|)+')
 _INLINE = re.compile(r'`([^`]+)`|\[([^\]]+)\]\(([^()\s]+)\)')
+# What str.splitlines() breaks lines at, and every other C0/C1 control character.
+_CONTROL = re.compile('[\x00-\x1f\x7f-\x9f\u2028\u2029]')
+
+
+def one_line(value: str) -> str:
+  """`value` with control characters (newlines, tabs, escapes) replaced by spaces."""
+  return _CONTROL.sub(' ', value)
+
+
+def join_lines(lines: list[str]) -> str:
+  """The Markdown text of `lines`, one line each, whatever the values in them hold."""
+  return ''.join(one_line(line) + '\n' for line in lines)
 
 
 def sort_key(cell: str) -> float | None:
@@ -87,8 +105,22 @@ def table(head: list[str], rows: list[list[str]]) -> str:
   return ''.join(parts)
 
 
-def image(path: str, alt: str) -> str:
-  """The PNG at `path` inline as a data URI, captioned with `alt`."""
+def inside(path: str, base_dir: str) -> bool:
+  """Whether `path` (relative to `base_dir`, or absolute) is in `base_dir`'s tree once
+  symbolic links and '..' are resolved."""
+  root = os.path.realpath(base_dir)
+  try:
+    return os.path.commonpath([root, os.path.realpath(os.path.join(root, path))]) == root
+  except ValueError:  # a NUL in the path: no file has that name
+    return False
+
+
+def image(path: str, alt: str, base_dir: str) -> str:
+  """The PNG at `path` (in `base_dir`) inline as a data URI, captioned with `alt`."""
+  if not inside(path, base_dir):
+    return (f'<p class="missing">{escape(alt)}: {escape(path)} is outside the report\'s '
+            'folder: not inlined</p>')
+  path = os.path.join(base_dir, path)
   if not os.path.isfile(path):
     return f'<p class="missing">{escape(alt)}: {escape(os.path.basename(path))} not found</p>'
   with open(path, 'rb') as f:
@@ -129,12 +161,13 @@ def _blocks(lines: list[str]):
 
 
 def body(markdown_text: str, base_dir: str, figures: Mapping[str, str]) -> str:
-  """The page body of `markdown_text`; image paths are relative to `base_dir`."""
+  """The page body of `markdown_text`; image paths are relative to `base_dir`, and only
+  files inside it are inlined."""
   parts, gallery = [], []
   for kind, lines in _blocks(markdown_text.splitlines()):
     if kind == 'image':
       alt, path = _IMAGE.fullmatch(lines[0].strip()).groups()
-      gallery.append(figures.get(path) or image(os.path.join(base_dir, path), alt))
+      gallery.append(figures.get(path) or image(path, alt, base_dir))
       continue
     if gallery:  # consecutive images share one wrapping row
       parts.append('<div class="figures">' + ''.join(gallery) + '</div>')
