@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from absl import flags
 from absl.testing import flagsaver
+from smoke_runs import run_cli
 
 from attnlab import train
 from attnlab.reporting import heatmaps, run_report
@@ -208,3 +209,74 @@ def test_translation_reports_bleu_by_source_length_in_words(tmp_path):
   assert [points for *_, points in lines] == [[('0-9', 26.3324), ('50+', 35.1945)]] * 2
   assert run_report.plot_by_length(str(tmp_path / 'b.png'), {'test': test}, ['test'])
   assert os.path.getsize(tmp_path / 'b.png') > 3000
+
+
+def _tree(root) -> dict:
+  """Every file (its bytes) and folder (None) under `root`, by relative path."""
+  found = {}
+  for directory, folders, names in os.walk(root):
+    for name in folders:
+      found[os.path.relpath(os.path.join(directory, name), root)] = None
+    for name in names:
+      with open(os.path.join(directory, name), 'rb') as f:
+        found[os.path.relpath(os.path.join(directory, name), root)] = f.read()
+  return found
+
+
+def _one_error_line(result) -> str:
+  assert result.returncode == 2, (result.returncode, result.stderr[-3000:])
+  assert 'Traceback' not in result.stderr
+  lines = [line for line in result.stderr.splitlines() if line.strip()]
+  assert len(lines) == 1 and lines[0].startswith('error: '), result.stderr[-3000:]
+  return lines[0]
+
+
+def test_out_that_would_overwrite_anything_is_refused_before_writing(run_dir, tmp_path):
+  """--out=RUN (the run's own folder), a folder of the user's files, another run's report, a
+  file: one line, exit 2, every file as it was."""
+  mine = tmp_path / 'mine'
+  _write(mine / 'README.md', '# my notes\n')
+  _write(mine / 'config.json', '{"mine": true}\n')
+  other = tmp_path / 'other'
+  run_report.write_run_report(str(run_dir), str(other))
+  readme = (other / 'README.md').read_text()
+  (other / 'README.md').write_text(readme.replace(str(run_dir), str(tmp_path / 'another_run')))
+  _write(tmp_path / 'afile', 'data\n')
+  before = _tree(tmp_path)
+  mistakes = {
+    run_dir: f'--out={run_dir} is the run directory {run_dir} itself: the report would write '
+             "over the run's config.json and among its files; give a folder of its own "
+             '(e.g. --out=results/run)',
+    mine: f'--out={mine} already holds files, not a report of {run_dir} by attnlab.run_report: '
+          'the report would overwrite its README.md, config.json, final_metrics.json and plots; '
+          f'give a new or empty folder (e.g. --out={mine}-2)',
+    other: f'--out={other} already holds the report of {tmp_path / "another_run"}, not a report '
+           f'of {run_dir}',
+    tmp_path / 'afile': f'--out={tmp_path / "afile"} is a file, not a folder',
+    tmp_path / 'afile' / 'x': f'--out={tmp_path / "afile" / "x"} is under {tmp_path / "afile"}, '
+                              'which is a file, not a folder',
+  }
+  for out, message in mistakes.items():
+    line = _one_error_line(run_cli(str(run_dir), f'--out={out}', module='attnlab.run_report'))
+    assert line.startswith(f'error: {message}')
+  assert _tree(tmp_path) == before
+
+
+def test_its_own_report_and_an_empty_folder_are_written(run_dir, tmp_path, monkeypatch):
+  """A rerun onto the report of the same run (its README.md names the run directory, however
+  the path is spelled) writes it again; the user's other files there stay."""
+  out = tmp_path / 'report'
+  out.mkdir()  # empty: used
+  run_report.write_run_report(str(run_dir), str(out), command=COMMAND)
+  first = (out / 'README.md').read_text()
+  (out / 'README.md').write_text(first + 'an edit of mine\n')
+  _write(out / 'notes.txt', 'kept\n')
+  monkeypatch.chdir(tmp_path)
+  run_report.write_run_report('run', str(out), command=COMMAND)  # the same run, relative
+  assert (out / 'README.md').read_text() == first.replace(f'`{run_dir}`', '`run`')
+  assert (out / 'notes.txt').read_text() == 'kept\n'
+  assert run_report.reported_run(str(out)) == 'run'
+  # The reports published in results/ name their run the same way: a rerun rewrites them.
+  for name in ('g2p', 'bible', 'dates'):
+    published = os.path.join(os.path.dirname(__file__), '..', 'results', name)
+    assert run_report.reported_run(published), name

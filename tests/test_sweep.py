@@ -254,6 +254,7 @@ def test_slurm_backend_submits_each_unfinished_trial(tmp_path):
     tmp_path, GRID.replace("  add(**{'model.attention.score': 'gneral', 'seed': 0})\n", '')
   )
   workdir = str(tmp_path / 'sweep')
+  trials.write_manifest(workdir, trials.load_experiment(path), 'local')  # the sweep's own folder
   finished = os.path.join(workdir, 'score=dot,seed=0')
   os.makedirs(finished)
   open(os.path.join(finished, sweep_runner.FINAL_FILE), 'w').close()

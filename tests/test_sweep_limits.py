@@ -14,7 +14,7 @@ from attnlab import workdir as workdir_lib
 from attnlab.sweeps import archive as archive_lib
 from attnlab.sweeps import command as sweep
 from attnlab.sweeps import runner as sweep_runner
-from attnlab.sweeps import trial_dirs
+from attnlab.sweeps import trial_dirs, trials
 from attnlab.sweeps.trials import SweepError, Trial
 
 SMOKE = 'configs/reverse.py:smoke'
@@ -164,6 +164,7 @@ def test_the_sweep_command_relaxes_limits_and_says_so(tmp_path, fake_python):
   """End to end through run_sweep (trials through the stand-in interpreter)."""
   path = _two_seed_experiment(tmp_path, cap=40, floor=0.125)
   workdir = str(tmp_path / 'sweep')
+  trials.write_manifest(workdir, trials.load_experiment(str(path)), 'local')  # the sweep's own
   _ran(os.path.join(workdir, 'seed=0'), 20, ended='patience', seed=0)
   _ran(os.path.join(workdir, 'seed=1'), 20, ended='floor', checkpoints=(16,), seed=1)
   out = io.StringIO()
@@ -182,6 +183,7 @@ def test_a_refused_trial_leaves_every_other_trial_as_it_was(tmp_path, fake_pytho
   """The refusal comes before any directory is changed: nothing is half-relaxed."""
   path = _two_seed_experiment(tmp_path, cap=40)
   workdir = str(tmp_path / 'sweep')
+  trials.write_manifest(workdir, trials.load_experiment(str(path)), 'local')  # the sweep's own
   _ran(os.path.join(workdir, 'seed=0'), 20, ended='cap', checkpoints=(20,), seed=0)
   _ran(os.path.join(workdir, 'seed=1'), 20, ended='cap', seed=1)  # no checkpoint
   with pytest.raises(SweepError, match='seed=1 ended at its step cap and has no checkpoint'):

@@ -14,6 +14,8 @@ OUT/by_length.png, OUT/learning_curve.png (with the dev curve and its selected s
 OUT/report.html: the README as one self-contained page (reporting/html.py) whose heatmaps,
 drawn from the run's saved weights, show token and weight on hover.
 Wall time: --wall_s, else the sum over RUN_DIR/run_times.jsonl (one line per process run).
+OUT must be a new or empty folder, or this run's report from before (`check_out`), which is then
+written again.
 """
 
 from __future__ import annotations
@@ -249,13 +251,81 @@ def plots(out: str, result, task: str, splits: list[str]) -> list[str]:
   return lines
 
 
+# How README.md names its run (`summary`): an earlier report of the same run may be rewritten.
+_REPORTED_RUN = re.compile(
+  r'^Run directory (`+) ?(.*?) ?\1, reported by `python -m attnlab\.run_report`', re.MULTILINE
+)
+
+
+def reported_run(out: str) -> str | None:
+  """The run directory that OUT/README.md says it reports, if run_report wrote it."""
+  try:
+    with open(os.path.join(out, 'README.md'), encoding='utf-8') as f:
+      match = _REPORTED_RUN.search(f.read(4096))
+  except (OSError, ValueError):
+    return None
+  return match.group(2) if match else None
+
+
+def _same_folder(a: str, b: str) -> bool:
+  try:
+    return os.path.samefile(a, b)
+  except OSError:
+    return False
+
+
+def check_out(run_dir: str, out: str) -> None:
+  """Refuses, before anything is written, an OUT whose files the report would overwrite: the
+  run directory itself (its config.json would be copied onto itself, and README.md and plots
+  land among the run's files), a file, or a folder that holds anything but run_report's
+  earlier report of this same run (recognised by its README.md naming this run directory)."""
+  beside = os.path.dirname(os.path.normpath(out))
+  free, n = f'{os.path.normpath(out)}-2', 2
+  while os.path.lexists(free):
+    n += 1
+    free = f'{os.path.normpath(out)}-{n}'
+  if os.path.lexists(out) and not os.path.isdir(out):
+    raise RunReportError(f'--out={out} is a file, not a folder; give a new folder '
+                         f'(e.g. --out={free})')
+  above = os.path.abspath(beside or '.')
+  while not os.path.lexists(above):
+    above = os.path.dirname(above)
+  if not os.path.isdir(above):
+    raise RunReportError(f'--out={out} is under {above}, which is a file, not a folder; give a '
+                         'folder path that is not under a file')
+  if not os.path.isdir(out):
+    return  # new
+  if _same_folder(out, run_dir):
+    name = os.path.basename(os.path.abspath(run_dir))
+    raise RunReportError(f'--out={out} is the run directory {run_dir} itself: the report '
+                         "would write over the run's config.json and among its files; give a "
+                         f'folder of its own (e.g. --out=results/{name})')
+  try:
+    empty = not os.listdir(out)
+  except OSError as e:
+    raise RunReportError(f'--out={out} cannot be read ({e.strerror}); give another folder '
+                         f'(e.g. --out={free})') from None
+  if empty:
+    return
+  recorded = reported_run(out)
+  if recorded is not None and _same_folder(recorded, run_dir):
+    return  # this run's report: written again
+  whose = f'the report of {recorded}' if recorded is not None else 'files'
+  raise RunReportError(
+    f'--out={out} already holds {whose}, not a report of {run_dir} by attnlab.run_report: '
+    'the report would overwrite its README.md, config.json, final_metrics.json and plots; '
+    f'give a new or empty folder (e.g. --out={free})'
+  )
+
+
 def write_run_report(
   run_dir: str, out: str, *, command: str | None = None, wall_s: float | None = None
 ) -> str:
   """Writes OUT/README.md, plots and copies (see the module docstring); returns the README path.
 
   Raises:
-    RunReportError: RUN_DIR lacks config.json or final_metrics.json (nothing is written).
+    RunReportError: RUN_DIR lacks config.json or final_metrics.json, or OUT may not be written
+      (`check_out`); nothing is written then.
   """
   config = _load_json(run_dir, 'config.json')
   match = re.search(r'--config[= ]([^\s\'"]+)', command or '')
@@ -264,6 +334,7 @@ def write_run_report(
   final, task = result.final, config.get('task', {}).get('name', '?')
   # Splits are the dicts of final_metrics.json, except `selection` (how the step was chosen).
   splits = [s for s, v in final.items() if isinstance(v, dict) and s != 'selection']
+  check_out(run_dir, out)
   os.makedirs(out, exist_ok=True)
   for name in (workdir_lib.CONFIG_FILE, workdir_lib.FINAL_METRICS_FILE):
     shutil.copyfile(os.path.join(run_dir, name), os.path.join(out, name))
@@ -279,7 +350,7 @@ def write_run_report(
     if table:
       lines += ['', f'## By {name}', ''] + table
   lines += plots(out, result, task, splits)
-  text = '\n'.join(lines) + '\n'
+  text = html.join_lines(lines)  # a newline in a value (task name, command) stays in its line
   path = os.path.join(out, 'README.md')
   with open(path, 'w') as f:
     f.write(text)

@@ -252,7 +252,7 @@ def markdown(
                 "finished trials only, so one still running in the sweep's workdir shows as new "
                 'here.', '']
     lines += [f'- `{r.trial.name}`: {r.state}' for r in others]
-  return '\n'.join(lines) + '\n'
+  return html.join_lines(lines)  # a newline in a value (name, error) stays in its line
 
 
 def csv_text(groups: dict[str, list[Variant]], metric: str) -> str:

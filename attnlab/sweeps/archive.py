@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from attnlab import console
 from attnlab import workdir as workdir_lib
 from attnlab.sweeps import trial_dirs
-from attnlab.sweeps.trials import MANIFEST, Trial
+from attnlab.sweeps.trials import MANIFEST, Trial, manifest_tmp
 
 # Paths relative to the trial directory (fnmatch patterns).
 LEFT_OUT = (
@@ -70,8 +70,13 @@ def archive_trial(workdir: str, archive: str, trial: Trial) -> str:
 
 
 def copy_manifest(workdir: str, archive: str) -> None:
+  """Replaces ARCHIVE's sweep.json at once: another sweep process checking whose folder the
+  archive is (folders.check_folder_owner) never reads half a file."""
   os.makedirs(archive, exist_ok=True)
-  shutil.copyfile(os.path.join(workdir, MANIFEST), os.path.join(archive, MANIFEST))
+  target = os.path.join(archive, MANIFEST)
+  tmp = manifest_tmp(target)
+  shutil.copyfile(os.path.join(workdir, MANIFEST), tmp)
+  os.replace(tmp, target)
 
 
 def sync(

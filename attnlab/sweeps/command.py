@@ -10,7 +10,8 @@ skips finished trials (final_metrics.json present) and continues the others from
 checkpoints (an interrupted sweep resumes). A failed trial keeps its error in
 DIR/NAME/sweep_status.json and its output in DIR/NAME/sweep_log.txt. DIR/sweep.json lists the
 trials. At the end the report is written (`python -m attnlab.report DIR`; skip with
---noreport).
+--noreport). DIR (and ARCHIVE) must be new, empty, or this experiment's own sweep (its
+sweep.json names it): any other folder is refused before anything is written.
 
 --archive=ARCHIVE keeps a copy of each finished trial without its checkpoints in ARCHIVE/NAME
 (attnlab/sweeps/archive.py): a sweep longer than one machine's life goes on elsewhere from the
@@ -50,7 +51,7 @@ from absl import app, flags
 
 from attnlab import cli, selection
 from attnlab.sweeps import archive as archive_lib
-from attnlab.sweeps import claims, slurm, trial_dirs
+from attnlab.sweeps import claims, folders, slurm, trial_dirs
 from attnlab.sweeps import runner as sweep_runner
 from attnlab.sweeps import shared as shared_lib
 from attnlab.sweeps import trials as trials_lib
@@ -220,11 +221,18 @@ def copy_shared_trials(trials, configs, dirs, states, workdir, archive, out=None
 def prepare_workdir(experiment, backend, valid, configs, dirs, states, workdir, archive, *,
                     share: bool, whole: bool, out=None) -> None:
   """Writes the manifest, restores and archives finished trials, copies shared ones and relaxes
-  limits; updates `states`. `whole`: the sweep covers the experiment, not one --trial."""
-  if whole:
+  limits; updates `states`. `whole`: the sweep covers the experiment, not one --trial.
+
+  One --trial writes the manifest only where there is none yet, so that every folder a sweep
+  writes into names its experiment (folders.check_folder_owner lets the next sweep in).
+  The folders are checked again here, under the sweep's lock, as another process may have
+  written into them since run_sweep checked them."""
+  folders.check_folder_owner(workdir, experiment, '--workdir')
+  folders.check_folder_owner(archive, experiment, '--archive')
+  if whole or not os.path.isfile(os.path.join(workdir, trials_lib.MANIFEST)):
     trials_lib.write_manifest(workdir, experiment, backend)
   if archive:
-    if whole:
+    if whole or not os.path.isfile(os.path.join(archive, trials_lib.MANIFEST)):
       archive_lib.copy_manifest(workdir, archive)
     restored, archived, outdated = archive_lib.sync(workdir, archive, valid)
     states.update({name: 'finished' for name in restored})
@@ -259,8 +267,12 @@ def run_sweep(
 ) -> int:
   """Runs (or lists) the sweep; returns the exit code: 0 when every trial finished."""
   experiment = trials_lib.load_experiment(experiment_path)
-  trials_lib.check_folder_owner(workdir, experiment, '--workdir')
-  trials_lib.check_folder_owner(archive, experiment, '--archive')
+  folders.check_folder_owner(workdir, experiment, '--workdir')
+  folders.check_folder_owner(archive, experiment, '--archive')
+  if archive and os.path.realpath(archive) == os.path.realpath(workdir):
+    # Archiving a trial onto itself would drop its checkpoints (archive.LEFT_OUT).
+    raise SweepError(f'--archive={archive} is the --workdir: the archive is a copy kept apart '
+                     f'from it; give another folder (e.g. --archive=results/{experiment.name})')
   trials = list(experiment.trials)
   if only is not None:
     trials = [t for t in trials if t.name == only]

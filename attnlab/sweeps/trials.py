@@ -148,15 +148,35 @@ def _check_value(key: str, value: Any) -> None:
     )
 
 
+def _check_source(path: str) -> None:
+  """A SweepError naming the first NUL byte of `path`: Python refuses such a file with a
+  traceback that names neither the file nor where the byte is (a binary or corrupted file)."""
+  try:
+    with open(path, 'rb') as f:
+      source = f.read()
+  except OSError as e:
+    raise SweepError(f'cannot read {path}: {e.strerror}') from None
+  offset = source.find(b'\0')
+  if offset >= 0:
+    line = source.count(b'\n', 0, offset) + 1
+    raise SweepError(f'{path}: NUL byte at byte offset {offset} (line {line}); a Python file '
+                     'holds text only: restore it from its source or version control')
+
+
 def _load_module(path: str, prefix: str):
   if not os.path.isfile(path):
     raise SweepError(f'no such file: {path}')
+  _check_source(path)
   if PROJECT_ROOT not in sys.path:
     sys.path.insert(0, PROJECT_ROOT)  # config files import `configs.base`
   digest = hashlib.sha1(os.path.abspath(path).encode()).hexdigest()[:10]
   spec = importlib.util.spec_from_file_location(f'{prefix}_{digest}', path)
   module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
+  try:
+    spec.loader.exec_module(module)
+  except SyntaxError as e:  # this file's or a file it imports: e.filename says which
+    where = f'{e.filename or path}:{e.lineno}' if e.lineno else e.filename or path
+    raise SweepError(f'{where}: {e.msg}') from None
   return module
 
 
@@ -270,6 +290,11 @@ def check_trials(trials, check: Callable[[Trial], Any] = trial_config) -> tuple[
   return configs, errors
 
 
+def manifest_tmp(path: str) -> str:
+  """Where this process writes the manifest `path` before it replaces the old one at once."""
+  return f'{path}.{os.getpid()}.tmp'
+
+
 def write_manifest(workdir: str, experiment: Experiment, backend: str) -> str:
   os.makedirs(workdir, exist_ok=True)
   path = os.path.join(workdir, MANIFEST)
@@ -282,31 +307,11 @@ def write_manifest(workdir: str, experiment: Experiment, backend: str) -> str:
     'seed_key': SEED_KEY,
     'trials': [t.to_json() for t in experiment.trials],
   }
-  tmp = f'{path}.{os.getpid()}.tmp'
+  tmp = manifest_tmp(path)
   with open(tmp, 'w') as f:
     json.dump(manifest, f, indent=2)
   os.replace(tmp, path)
   return path
-
-
-def check_folder_owner(folder: str | None, experiment: Experiment, flag: str) -> None:
-  """A SweepError when `folder` (a --workdir or --archive) already holds another experiment's
-  sweep: running this one there would write its manifest over that one's and mix the trials
-  of two experiments in one report."""
-  path = os.path.join(folder, MANIFEST) if folder else ''
-  if not os.path.isfile(path):
-    return
-  try:
-    with open(path) as f:
-      owner = json.load(f)
-  except (OSError, ValueError):
-    return  # unreadable: rewritten by this sweep, as before
-  if isinstance(owner, dict) and owner.get('name') not in (None, experiment.name):
-    own = os.path.join(os.path.dirname(os.path.normpath(folder)), experiment.name)
-    raise SweepError(
-      f'{flag}={folder} holds the sweep of {owner.get("experiment")}, not of {experiment.path}: '
-      f'give each experiment its own folder (e.g. {flag}={own})'
-    )
 
 
 def read_manifest(workdir: str) -> tuple[dict, list[Trial]]:
@@ -316,8 +321,14 @@ def read_manifest(workdir: str) -> tuple[dict, list[Trial]]:
       f'{workdir} holds no {MANIFEST}; run `python -m attnlab.sweep '
       f'experiments/<name>.py --workdir={workdir}` first'
     )
-  with open(path) as f:
-    manifest = json.load(f)
-  trials = [Trial(t['name'], t['config'], t['overrides'], t['fixed'], t.get('label', ''))
-            for t in manifest['trials']]
+  try:
+    with open(path, encoding='utf-8') as f:
+      manifest = json.load(f)
+    trials = [Trial(t['name'], t['config'], t['overrides'], t['fixed'], t.get('label', ''))
+              for t in manifest['trials']]
+  except (OSError, ValueError, TypeError, KeyError, AttributeError) as e:
+    raise SweepError(
+      f'{path} is not a readable sweep manifest ({type(e).__name__}: {e}); rerun '
+      f'`python -m attnlab.sweep experiments/<name>.py --workdir={workdir}` to write it again'
+    ) from None
   return manifest, trials
