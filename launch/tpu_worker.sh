@@ -2,7 +2,9 @@
 # Runs ON each worker of a Cloud TPU VM; launch/tpu_vm.sh calls it on all workers at once.
 #
 #   launch/tpu_worker.sh [--dry_run] setup
-#       a virtualenv in .venv with attnlab and jax[tpu] (libtpu comes from the package index)
+#       a virtualenv in .venv with attnlab and jax[tpu] (libtpu comes from the package index),
+#       made with python3, or with Ubuntu's python3.11 (installed by apt) when python3 is older
+#       than 3.11, as on tpu-ubuntu2204-base (3.10)
 #   CONFIG=configs/reverse.py WORKDIR=gs://bucket/runs/x launch/tpu_worker.sh [--dry_run] run [FLAGS...]
 #       mounts the bucket of a gs:// WORKDIR with gcsfuse (installing it if missing) at
 #       ~/gcs/<bucket>, then runs `python -m attnlab.main` with ATTNLAB_DISTRIBUTED=1, so that
@@ -32,7 +34,15 @@ cd "$ROOT"
 
 case "$action" in
   setup)
-    run python3 -m venv .venv
+    # jax 0.10, flax 0.12 and grain 0.2.18 require Python >= 3.11. The version
+    # is read even with --dry_run (it changes nothing), so the dry run shows this worker's steps.
+    python=python3
+    if [[ ! $(python3 --version 2>&1) =~ ^Python\ 3\.(1[1-9]|[2-9][0-9]) ]]; then
+      python=python3.11
+      run sudo apt-get update -q
+      run sudo apt-get install -y -q python3.11 python3.11-venv
+    fi
+    run "$python" -m venv .venv
     run .venv/bin/pip install -q --upgrade pip
     run .venv/bin/pip install -q -e . "$JAX_TPU_REQUIREMENT"
     ;;

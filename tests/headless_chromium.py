@@ -2,18 +2,19 @@
 (tests/test_browser.py: report.html from disk; tests/test_explore_browser.py: the explorer).
 
 Importing this module skips the importing test module, saying which, when chromium,
-chromedriver (Debian: chromium, chromium-driver) or selenium is missing; .ci/run installs the
-Debian packages. `save_screenshot` writes into docs/ (the README's pictures) when
-ATTNLAB_UPDATE_SCREENSHOTS=1, else into the test's tmp_path.
+chromedriver (Debian: chromium, chromium-driver) or selenium is missing, and fails it under CI
+(conftest.require); .ci/run installs the Debian packages. `save_screenshot` writes into docs/
+(the README's pictures) when ATTNLAB_UPDATE_SCREENSHOTS=1, else into the test's tmp_path.
 """
 
 import contextlib
+import importlib.util
 import os
 import shutil
 import tempfile
 from pathlib import Path
 
-import pytest
+from conftest import require
 
 CHROMIUM = shutil.which('chromium') or shutil.which('chromium-browser')
 CHROMEDRIVER = shutil.which('chromedriver')
@@ -30,12 +31,10 @@ FLAGS = (
   '--disable-dev-shm-usage',  # containers often give /dev/shm 64 MB
 )
 
-if not CHROMIUM or not CHROMEDRIVER:
-  pytest.skip(
-    'chromium and chromedriver not found (Debian packages chromium, chromium-driver)',
-    allow_module_level=True,
-  )
-webdriver = pytest.importorskip('selenium.webdriver', reason='selenium not installed (.[test])')
+require('chromium', CHROMIUM is not None, 'apt-get install chromium')
+require('chromedriver', CHROMEDRIVER is not None, 'apt-get install chromium-driver')
+require('selenium', importlib.util.find_spec('selenium') is not None, "pip install -e '.[test]'")
+from selenium import webdriver  # noqa: E402
 
 
 @contextlib.contextmanager

@@ -3,7 +3,8 @@
 * `python -m benchmarks.run --quick` runs end to end and writes its JSON and Markdown (no
   timing assertions: the CI machine's speed is not under test).
 * The PyTorch reference loaded with attnlab's parameters gives the same logits (RNN and
-  Transformer), so every ratio compares the same network; skipped without torch.
+  Transformer), so every ratio compares the same network; skipped without torch, failed under
+  CI (conftest.require).
 * The jaxpr FLOP counter against hand-counted matmuls, loops multiplied out.
 """
 
@@ -13,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import require
 from jax import lax
 
 from attnlab.data import batching
@@ -20,6 +22,19 @@ from attnlab.models import PAD_ID
 from attnlab.models.factory import build_model
 from attnlab.steps import decoder_input
 from benchmarks import flops, workloads
+
+TORCH = 'torch (the PyTorch reference of benchmarks/)'
+TORCH_INSTALL = 'make bench-deps'
+
+
+def require_torch():
+  """The torch module; without it the test skips (fails under CI)."""
+  try:
+    import torch
+  except ImportError:
+    torch = None
+  require(TORCH, torch is not None, TORCH_INSTALL)
+  return torch
 
 
 def test_quick_run_writes_results(tmp_path):
@@ -31,14 +46,15 @@ def test_quick_run_writes_results(tmp_path):
   assert row['greedy_jax_seq_s'] > 0 and row['beam_jax_seq_s'] > 0
   assert row['train_traces'] == 1 and row['donated'] is True  # no retrace, state donated
   assert row['train_gflop_per_step'] > 0
-  if result['versions']['torch'] is not None:
-    assert row['max_logit_diff'] < 1e-4 and row['train_ratio'] > 0
-    assert row['greedy_agreement'] == 1.0  # same network, same search: the same tokens
   d = result['default_config']
   assert d['train_traces'] == len(d['batch_shapes'])  # one compilation per padded shape
   saved = json.loads((tmp_path / 'ci.json').read_text())
   assert saved['rows'][0]['workload'] == 'luong-general-feed'
   assert '| luong-general-feed (16x16) |' in (tmp_path / 'ci.md').read_text()
+  # Last, so that a skip comes after every check that needs no torch has passed.
+  require('torch (the PyTorch columns)', result['versions']['torch'] is not None, TORCH_INSTALL)
+  assert row['max_logit_diff'] < 1e-4 and row['train_ratio'] > 0
+  assert row['greedy_agreement'] == 1.0  # same network, same search: the same tokens
 
 
 def test_bf16_matmul_row_runs_against_torch_autocast_and_the_bf16_peak(tmp_path):
@@ -52,9 +68,9 @@ def test_bf16_matmul_row_runs_against_torch_autocast_and_the_bf16_peak(tmp_path)
   assert 'default_config' not in result  # --only: the chosen rows, not the compilation check
   assert set(result['matmul_gflops_bf16']) == {'jax', 'torch'}  # its MFU's peak, measured
   assert 'Bfloat16 operands summed in float32' in (tmp_path / 'ci.md').read_text()
-  if result['versions']['torch'] is not None:
-    # Both sides round the same weight matmuls' operands to bf16: close, not equal.
-    assert 0 < row['max_logit_diff'] < 0.05 and row['train_ratio'] > 0
+  require('torch (the PyTorch columns)', result['versions']['torch'] is not None, TORCH_INSTALL)
+  # Both sides round the same weight matmuls' operands to bf16: close, not equal.
+  assert 0 < row['max_logit_diff'] < 0.05 and row['train_ratio'] > 0
 
 
 def test_a_peak_is_the_best_call_and_a_slow_one_stops_at_the_budget(monkeypatch):
@@ -76,7 +92,7 @@ def test_a_peak_is_the_best_call_and_a_slow_one_stops_at_the_budget(monkeypatch)
 
 
 def test_torch_autocast_reference_rounds_like_bf16_matmuls():
-  torch = pytest.importorskip('torch')
+  torch = require_torch()
   from benchmarks import jax_side, torch_side
   from benchmarks.torch_reference import precision
 
@@ -125,7 +141,7 @@ def test_token_batched_rows_are_grouped_and_padded_as_token_batching_does():
   'name', ['luong-general-feed', 'bahdanau-concat', 'luong-dot', 'transformer']
 )
 def test_torch_reference_equals_attnlab(name):
-  torch = pytest.importorskip('torch')
+  torch = require_torch()
   from benchmarks import torch_side
 
   workload = next(w for w in workloads.all_workloads() if w.name == name)

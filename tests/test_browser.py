@@ -4,7 +4,7 @@ It sorts a table by clicking headers, hovers a heatmap cell and reads the toolti
 the page loaded nothing and logged no error, and saves a screenshot: into docs/report_html.png
 (the README's picture) when ATTNLAB_UPDATE_SCREENSHOTS=1, else into the test's tmp_path.
 Skipped, saying which, when chromium, chromedriver (Debian: chromium, chromium-driver) or
-selenium is missing; .ci/run installs the Debian packages.
+selenium is missing, and failed under CI (CI=true); .ci/run installs the Debian packages.
 """
 
 import os
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from headless_chromium import chromium, fit_window, save_screenshot  # skips without a browser
+from headless_chromium import chromium, fit_window, save_screenshot  # no browser: skips; CI: fails
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait

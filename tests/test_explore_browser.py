@@ -20,7 +20,7 @@ import threading
 
 import numpy as np
 import pytest
-from headless_chromium import chromium, fit_window, save_screenshot  # skips without a browser
+from headless_chromium import chromium, fit_window, save_screenshot  # no browser: skips; CI: fails
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select, WebDriverWait

@@ -13,6 +13,7 @@ import sys
 
 import ml_collections
 import pytest
+from conftest import require
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 LAUNCH = ROOT / 'launch'
@@ -84,8 +85,8 @@ def test_bash_syntax_and_strict_mode(script):
   assert result.returncode == 0, result.stderr
 
 
-@pytest.mark.skipif(shutil.which('shellcheck') is None, reason='shellcheck is not installed')
 def test_shellcheck():
+  require('shellcheck', shutil.which('shellcheck') is not None, 'apt-get install shellcheck')
   result = subprocess.run(
     ['shellcheck', '--shell=bash', '--external-sources', *SCRIPTS],
     cwd=LAUNCH,
@@ -160,12 +161,24 @@ def test_tpu_vm_rerun_without_setup():
   )
 
 
+@pytest.mark.parametrize('version, steps', [
+  # tpu-ubuntu2204-base: attnlab's jax, flax and grain need 3.11, which Ubuntu 22.04 packages.
+  ('3.10.12', ['sudo apt-get update -q', 'sudo apt-get install -y -q python3.11 python3.11-venv',
+               'python3.11 -m venv .venv']),
+  ('3.11.9', ['python3 -m venv .venv']),
+  ('3.12.3', ['python3 -m venv .venv']),
+])
+def test_tpu_worker_setup_makes_the_venv_with_python_3_11_or_newer(tmp_path, version, steps):
+  (tmp_path / 'python3').write_text(f'#!/bin/sh\necho "Python {version}"\n')
+  (tmp_path / 'python3').chmod(0o755)
+  out = dry_run('tpu_worker.sh', 'setup', PATH=f'{tmp_path}:/usr/local/bin:/usr/bin:/bin')
+  assert out.splitlines() == steps + [
+    '.venv/bin/pip install -q --upgrade pip',
+    ".venv/bin/pip install -q -e . 'jax[tpu]>=0.10.2,<0.11'",
+  ]
+
+
 def test_tpu_worker():
-  assert dry_run('tpu_worker.sh', 'setup') == (
-    'python3 -m venv .venv\n'
-    '.venv/bin/pip install -q --upgrade pip\n'
-    ".venv/bin/pip install -q -e . 'jax[tpu]>=0.10.2,<0.11'\n"
-  )
   out = dry_run(
     'tpu_worker.sh',
     'run',
