@@ -1,13 +1,15 @@
 """Bible verse pairs: OSIS markup stripping, SWORD module reading, alignment, chapter split.
 
 Markup tests run on excerpts of the modules' own markup (no module needed). The rest read the
-installed Debian modules (sword-text-sparv, -web, -kjv; .ci/run installs them) for a few books.
+installed Debian modules (sword-text-sparv, -web, -kjv; .ci/run installs them) for a few books:
+without them those tests skip, and fail under CI (conftest.require).
 """
 
 import hashlib
 import os
 
 import pytest
+from conftest import require
 
 from attnlab import config as config_lib
 from attnlab.data import bible, osis
@@ -23,11 +25,16 @@ def installed(*modules):
   return all(m.lower() in found for m in modules)
 
 
-needs_modules = pytest.mark.skipif(
-  not installed(SPA, WEB, KJV),
-  reason='SWORD modules not installed and not installable here: apt-get install '
-  'sword-text-sparv sword-text-web sword-text-kjv (.ci/run does)',
-)
+@pytest.fixture
+def sword_modules():
+  require(
+    f'the SWORD modules {SPA}, {WEB}, {KJV}',
+    installed(SPA, WEB, KJV),
+    'apt-get install sword-text-sparv sword-text-web sword-text-kjv',
+  )
+
+
+needs_modules = pytest.mark.usefixtures('sword_modules')
 
 
 # Markup excerpts of real verses (attributes kept), and the text a reader sees.
@@ -204,6 +211,10 @@ def test_dataset_pairs_splits_by_chapter_and_is_deterministic(tmp_path):
 
 @needs_modules
 def test_smoke_config_trains_and_reports_bleu_by_length(tmp_path, monkeypatch):
+  import json
+
+  import sacrebleu
+
   from attnlab import train
   from attnlab.data import tasks
 
@@ -217,7 +228,15 @@ def test_smoke_config_trains_and_reports_bleu_by_length(tmp_path, monkeypatch):
   buckets = final['test']['bleu_by_length']
   assert [b['bucket'] for b in buckets] == ['0-9', '10-19', '20-29', '30-39', '40-49', '50+']
   assert sum(b['count'] for b in buckets) == final['test']['num_examples']
-  assert 0.0 <= final['test']['bleu'] <= 100.0 and 0.0 <= final['test']['chrf'] <= 100.0
+  # BLEU and chrF recomputed by sacrebleu from the run's predictions, as final_metrics.json has.
+  written = json.loads((tmp_path / 'run' / 'final_metrics.json').read_text())['test']
+  lines = (tmp_path / 'run' / 'predictions_test.jsonl').read_text(encoding='utf-8').splitlines()
+  predictions = [json.loads(line) for line in lines]
+  assert len(predictions) == written['num_examples'] == final['test']['num_examples']
+  hyps, refs = [p['hypothesis'] for p in predictions], [p['reference'] for p in predictions]
+  for name, score in (('bleu', sacrebleu.corpus_bleu), ('chrf', sacrebleu.corpus_chrf)):
+    assert written[name] == final['test'][name]
+    assert written[name] == pytest.approx(score(hyps, [refs]).score, abs=1e-9)
   assert os.listdir(tmp_path / 'tfds' / 'attnlab_sentencepiece')
   task = small(config_lib.parse(c))  # prepared and cached above: loads in a second
   assert [len(task.split(s)) for s in ('train', 'eval', 'test')] == [146, 18, 15]

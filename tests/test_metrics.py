@@ -5,6 +5,7 @@ import math
 import jax
 import numpy as np
 import pytest
+import sacrebleu
 
 from attnlab import metrics
 
@@ -151,6 +152,31 @@ def test_bleu_statistics_sum_to_the_corpus_bleu_of_any_resample():
     ours = metrics.bleu_from_statistics(stats[picked].sum(0))
     theirs = metrics.bleu_chrf([hyps[i] for i in picked], [refs[i] for i in picked])['bleu']
     assert ours == pytest.approx(theirs, abs=1e-9)
+
+
+def test_bleu_statistics_give_sacrebleus_brevity_penalty_to_short_and_long_systems():
+  # One system shorter than its references (BP = exp(1 - r/c) < 1), one longer (BP = 1): the
+  # summed statistics must score each as sacrebleu's corpus BLEU does, which computes its
+  # brevity penalty independently of this module.
+  rng = np.random.default_rng(4)
+  words = 'the a cat dog sat ran on under mat rug'.split()
+  refs = [list(rng.choice(words, rng.integers(3, 12))) for _ in range(80)]
+  keep = lambda ref: [w for w in ref if rng.random() < 0.7] or ref[:1]
+  grow = lambda ref: [v for w in ref for v in ([w, 'cat'] if rng.random() < 0.3 else [w])]
+  references = [' '.join(r) for r in refs]
+  for change, shorter in ((keep, True), (grow, False)):
+    hyps = [' '.join(change(r)) for r in refs]
+    theirs = sacrebleu.corpus_bleu(hyps, [references])
+    assert (theirs.sys_len < theirs.ref_len) == shorter
+    assert theirs.bp < 0.95 if shorter else theirs.bp == 1.0
+    sums = metrics.bleu_statistics(hyps, references).sum(0)
+    assert sums[:2].tolist() == [theirs.sys_len, theirs.ref_len]
+    assert metrics.bleu_from_statistics(sums) == pytest.approx(theirs.score, abs=1e-9)
+    # The long system has no penalty: its score is the geometric mean of the precisions.
+    if not shorter:
+      precisions = [m / n for m, n in zip(sums[2:6], sums[6:], strict=True)]
+      expected = 100 * math.exp(sum(math.log(p) for p in precisions) / 4)
+      assert metrics.bleu_from_statistics(sums) == pytest.approx(expected, rel=1e-9)
 
 
 def test_by_length_bucket():

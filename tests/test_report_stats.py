@@ -49,10 +49,25 @@ def test_the_bleu_bootstrap_resamples_sentences_of_both_systems_together():
   words = 'in the beginning god created heaven and earth was without form void'.split()
   refs = [' '.join(rng.choice(words, rng.integers(4, 14))) for _ in range(300)]
   # b is the reference itself on every third sentence and noise elsewhere, a noise everywhere.
-  noise = lambda r: ' '.join(w if rng.random() < 0.5 else 'x' for w in r.split())
-  a = [noise(r) for r in refs]
-  b = [r if i % 3 == 0 else noise(r) for i, r in enumerate(refs)]
+  # The noise also drops words from a (shorter than its references: brevity penalty < 1) and
+  # inserts words into b (longer: no penalty), so sums with the hypothesis and reference
+  # lengths mixed up give other scores than sacrebleu's.
+  def noise(r, length_change):
+    out = []
+    for w in r.split():
+      if length_change < 0 and rng.random() < 0.25:
+        continue
+      out.append(w if rng.random() < 0.5 else 'x')
+      if length_change > 0 and rng.random() < 0.25:
+        out.append('y')
+    return ' '.join(out)
+
+  a = [noise(r, -1) for r in refs]
+  b = [r if i % 3 == 0 else noise(r, +1) for i, r in enumerate(refs)]
   sa, sb = metrics.bleu_statistics(a, refs), metrics.bleu_statistics(b, refs)
+  sacre = lambda hyps: sacrebleu.corpus_bleu(hyps, [refs])
+  assert sacre(a).sys_len < sacre(a).ref_len and sacre(a).bp < 0.9
+  assert sacre(b).sys_len > sacre(b).ref_len and sacre(b).bp == 1.0
   out = report_stats.paired_bootstrap_bleu(sa, sb, samples=500)
   expected = metrics.bleu_chrf(b, refs)['bleu'] - metrics.bleu_chrf(a, refs)['bleu']
   assert out['delta'] == pytest.approx(expected, abs=1e-9) and expected > 5

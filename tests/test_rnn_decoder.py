@@ -194,6 +194,33 @@ def test_reference_distinguishes_timings():
   assert not np.allclose(forward(SRC, TGT_IN)[0], ref_other, atol=1e-3)
 
 
+@pytest.mark.parametrize('score', ['dot', 'general', 'concat'])
+@pytest.mark.parametrize('timing, input_feeding', [
+  ('bahdanau', False), ('luong', False), ('luong', True),
+])
+def test_step_t_attention_reads_the_token_fed_at_t_only_under_luong(timing, input_feeding, score):
+  # A timing guard that needs no reference: Bahdanau's step t attends with s_{t-1}, before the
+  # RNN reads y_{t-1} (the token fed at t), so changing only that token leaves step t's weights
+  # as they were; Luong's attends with s_t, which has read it.
+  config = make_config(cell='gru', timing=timing, score=score, input_feeding=input_feeding)
+  _, _, forward, *_ = build(config)
+  t = 2
+  other = TGT_IN.copy()
+  other[:, t] = [9, 5, 3]  # every row's token at t differs from TGT_IN's [7, 10, 0]
+  _, weights_BxTxS = forward(SRC, TGT_IN)
+  _, other_BxTxS = forward(SRC, other)
+  weights, changed = np.asarray(weights_BxTxS), np.asarray(other_BxTxS)
+  np.testing.assert_array_equal(weights[:, :t], changed[:, :t])  # earlier steps never see it
+  # Every row's change reaches the attention by step t+1 at the latest, whatever the timing
+  # (small, untrained weights: a few 1e-5 apart, well above float32 rounding).
+  assert np.all(np.abs(weights[:, t + 1] - changed[:, t + 1]).max(-1) > 1e-5)
+  gap_B = np.abs(weights[:, t] - changed[:, t]).max(-1)
+  if timing == 'bahdanau':
+    assert np.all(gap_B <= 1e-6), gap_B
+  else:
+    assert np.all(gap_B > 1e-5), gap_B
+
+
 @pytest.mark.parametrize('case', list(CASES))
 def test_scan_unroll_equals_decode_step_loop(case):
   config = CASES[case]

@@ -9,8 +9,10 @@ import socket
 import subprocess
 import sys
 import textwrap
-import threading
+import time
+from concurrent import futures
 
+import pytest
 from conftest import write_experiment
 
 from attnlab.sweeps import claims, trial_dirs
@@ -31,22 +33,73 @@ def _attempts(directory) -> int:
     return f.read().count('=== attempt')
 
 
-def test_two_sweep_processes_share_the_trials_out(tmp_path, fake_python, monkeypatch):
+# A trial that records its start (FAKE_GATE/started.SEED), then waits until the test writes
+# FAKE_GATE/open before it goes on as conftest's fake trial: the tests order the events they
+# check instead of racing trial durations.
+GATED_MAIN = """\
+#!{python}
+import os, sys, time
+gate = os.environ['FAKE_GATE']
+seed = dict(a.split('=', 1) for a in sys.argv[3:])['--config.seed']
+open(os.path.join(gate, 'started.' + seed), 'w').close()
+deadline = time.monotonic() + 300  # only a test that died leaves the gate shut
+while not os.path.exists(os.path.join(gate, 'open')):
+  if time.monotonic() > deadline:
+    sys.exit('the test never opened the gate')
+  time.sleep(0.01)
+os.execv({fake!r}, [{fake!r}, *sys.argv[1:]])
+"""
+
+
+class Gate:
+  def __init__(self, folder, python):
+    self.folder, self.python = folder, python
+
+  def started(self) -> set[str]:
+    """Seeds of the trials that started (and wait for the gate, until it opens)."""
+    return {name.split('.', 1)[1] for name in os.listdir(self.folder)
+            if name.startswith('started.')}
+
+  def open(self) -> None:
+    open(os.path.join(self.folder, 'open'), 'w').close()
+
+
+@pytest.fixture
+def gate(tmp_path, fake_python, monkeypatch):
+  folder = tmp_path / 'gate'
+  folder.mkdir()
+  monkeypatch.setenv('FAKE_GATE', str(folder))
+  path = tmp_path / 'gated_python'
+  path.write_text(GATED_MAIN.format(python=sys.executable, fake=fake_python))
+  path.chmod(0o755)
+  gate = Gate(str(folder), str(path))
+  yield gate
+  gate.open()  # no trial process outlives a failed test
+
+
+def wait_until(condition, what: str, timeout: float = 120.0) -> None:
+  """Returns once `condition()` holds; fails the test after `timeout` seconds."""
+  deadline = time.monotonic() + timeout
+  while not condition():
+    if time.monotonic() > deadline:
+      pytest.fail(f'timed out after {timeout:.0f} s waiting for {what}')
+    time.sleep(0.01)
+
+
+def test_two_sweep_processes_share_the_trials_out(tmp_path, gate):
   path = write_experiment(tmp_path, SEEDS.format(seeds=(0, 2, 3, 4, 5, 6)))
   workdir = str(tmp_path / 'runs' / 'exp')
-  # Each trial takes 1.5 s: alone, one process would need 9 s for the six.
-  monkeypatch.setenv('FAKE_SECONDS', '1.5')
-  outs, codes = [io.StringIO(), io.StringIO()], [None, None]
-
-  def worker(i):
-    codes[i] = sweep.run_sweep(path, workdir, parallel=1, report=False, out=outs[i],
-                               python=fake_python)
-
-  threads = [threading.Thread(target=worker, args=(i,)) for i in range(2)]
-  for thread in threads:
-    thread.start()
-  for thread in threads:
-    thread.join(timeout=120)
+  outs = [io.StringIO(), io.StringIO()]
+  with futures.ThreadPoolExecutor(2) as pool:
+    workers = [pool.submit(sweep.run_sweep, path, workdir, parallel=1, report=False, out=out,
+                           python=gate.python) for out in outs]
+    try:
+      # One trial at a time each, and none ends before the gate opens: two started trials
+      # mean both processes took one.
+      wait_until(lambda: len(gate.started()) == 2, 'a trial started by each process')
+    finally:
+      gate.open()
+    codes = [worker.result(timeout=120) for worker in workers]
   assert codes == [0, 0], [out.getvalue() for out in outs]
   started = [{line.split()[1] for line in out.getvalue().splitlines()
               if line.startswith('[start] ')} for out in outs]
@@ -82,7 +135,7 @@ def test_a_trial_another_process_runs_is_left_to_it_not_failed(tmp_path, fake_py
   assert '[start] seed=0' in out.getvalue()
 
 
-def test_progress_counts_the_trials_another_process_runs(tmp_path, fake_python, monkeypatch):
+def test_progress_counts_the_trials_another_process_runs(tmp_path, gate):
   """With two workers on one sweep each progress line counts every trial of it: one that
   another process runs shows as running there, then as done once it finished there."""
   workdir = str(tmp_path / 'sweep')
@@ -92,22 +145,24 @@ def test_progress_counts_the_trials_another_process_runs(tmp_path, fake_python, 
   os.makedirs(held_dir)
   trial_dirs.write_status(held_dir, {'status': 'running'})
   claim = claims.try_claim(claims.claim_path(workdir, os.path.abspath(held_dir)), held_dir)
-  monkeypatch.setenv('FAKE_SECONDS', '1.5')  # the free trial runs while the held one ends
-
-  def finish_there():
-    with open(os.path.join(held_dir, trial_dirs.FINAL_FILE), 'w') as f:
-      f.write('{}')
-    trial_dirs.write_status(held_dir, {'status': 'finished'})
-
-  timer = threading.Timer(0.7, finish_there)
   out = io.StringIO()
   runner = sweep_runner.LocalRunner(workdir, {'seed=0': 4, 'seed=2': 4}, poll=0.02,
-                                    progress_every=0.2, python=fake_python, out=out)
-  timer.start()
+                                    progress_every=0.2, python=gate.python, out=out)
   try:
-    assert runner.run([held, free]) == {'seed=0': 'running', 'seed=2': 'finished'}
+    with futures.ThreadPoolExecutor(1) as pool:
+      run = pool.submit(runner.run, [held, free])
+      try:  # the held trial ends there while the free one runs here
+        wait_until(lambda: gate.started() == {'2'} and 'sweep 0/2 done' in out.getvalue(),
+                   'the free trial to start and a first progress line')
+        with open(os.path.join(held_dir, trial_dirs.FINAL_FILE), 'w') as f:
+          f.write('{}')
+        trial_dirs.write_status(held_dir, {'status': 'finished'})
+        wait_until(lambda: 'sweep 1/2 done' in out.getvalue(),
+                   'a progress line counting the trial finished there')
+      finally:
+        gate.open()
+      assert run.result(timeout=120) == {'seed=0': 'running', 'seed=2': 'finished'}
   finally:
-    timer.join()
     claim.release()
   progress = [line.split(' | ')[0] for line in out.getvalue().splitlines()
               if line.startswith('sweep ')]
@@ -116,7 +171,7 @@ def test_progress_counts_the_trials_another_process_runs(tmp_path, fake_python, 
   assert progress[-1] == 'sweep 2/2 done, 0 failed, 0 running'
 
 
-def test_progress_counts_a_queued_trial_another_worker_took(tmp_path, fake_python, monkeypatch):
+def test_progress_counts_a_queued_trial_another_worker_took(tmp_path, gate):
   """A worker with one trial at a time counts the trial a second worker started before this
   one reached it (status running, its process alive): `2 running (1 in another process)`
   from the first line, then done once it finished there, without this worker claiming it."""
@@ -129,24 +184,27 @@ def test_progress_counts_a_queued_trial_another_worker_took(tmp_path, fake_pytho
   trial_dirs.write_status(their_dir, {'status': 'running', 'pid': their_process.pid,
                                       'host': socket.gethostname()})
   claim = claims.try_claim(claims.claim_path(workdir, os.path.abspath(their_dir)), their_dir)
-  monkeypatch.setenv('FAKE_SECONDS', '1.5')
-
-  def finish_there():
-    with open(os.path.join(their_dir, trial_dirs.FINAL_FILE), 'w') as f:
-      f.write('{}')
-    trial_dirs.write_status(their_dir, {'status': 'finished'})
-    their_process.kill()
-
-  timer = threading.Timer(0.7, finish_there)
   out = io.StringIO()
   runner = sweep_runner.LocalRunner(workdir, {'seed=0': 4, 'seed=2': 4}, parallel=1, poll=0.02,
-                                    progress_every=0.2, python=fake_python, out=out)
-  timer.start()
+                                    progress_every=0.2, python=gate.python, out=out)
   try:
-    states = runner.run([mine, theirs])
+    with futures.ThreadPoolExecutor(1) as pool:
+      run = pool.submit(runner.run, [mine, theirs])
+      try:  # theirs ends there while mine runs here
+        wait_until(lambda: gate.started() == {'0'} and 'sweep 0/2 done' in out.getvalue(),
+                   'my trial to start and a first progress line')
+        with open(os.path.join(their_dir, trial_dirs.FINAL_FILE), 'w') as f:
+          f.write('{}')
+        trial_dirs.write_status(their_dir, {'status': 'finished'})
+        their_process.kill()
+        wait_until(lambda: 'sweep 1/2 done' in out.getvalue(),
+                   'a progress line counting the trial finished there')
+      finally:
+        gate.open()
+      states = run.result(timeout=120)
   finally:
-    timer.join()
     claim.release()
+    their_process.kill()
     their_process.wait()
   assert states['seed=0'] == 'finished'
   progress = [line.split(' | ')[0] for line in out.getvalue().splitlines()

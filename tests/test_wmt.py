@@ -4,6 +4,7 @@ import json
 import os
 
 import pytest
+import sacrebleu
 import tensorflow_datasets as tfds
 
 from attnlab import config as config_lib
@@ -26,11 +27,21 @@ def smoke(module, tmp_path):
 def test_de_en_trains_two_steps_on_mock_data(tmp_path):
   workdir = str(tmp_path / 'run')
   with tfds.testing.mock_data(num_examples=64):
-    final = train.train_and_evaluate(smoke(wmt14_de_en, tmp_path), workdir)
-  assert {'bleu', 'chrf', 'bleu_by_length'} <= set(final['test'])
-  assert 0.0 <= final['test']['bleu'] <= 100.0
+    train.train_and_evaluate(smoke(wmt14_de_en, tmp_path), workdir)
   with open(os.path.join(workdir, 'final_metrics.json')) as f:
-    assert json.load(f)['step'] == 2
+    final = json.load(f)
+  assert final['step'] == 2
+  assert {'bleu', 'chrf', 'bleu_by_length'} <= set(final['test'])
+  # Recomputed by sacrebleu from the run's detokenized outputs and raw references.
+  with open(os.path.join(workdir, 'predictions_test.jsonl'), encoding='utf-8') as f:
+    predictions = [json.loads(line) for line in f]
+  assert len(predictions) == final['test']['num_examples'] == 16
+  hyps, refs = [p['hypothesis'] for p in predictions], [p['reference'] for p in predictions]
+  assert final['test']['bleu'] == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs]).score,
+                                                abs=1e-9)
+  assert final['test']['chrf'] == pytest.approx(sacrebleu.corpus_chrf(hyps, [refs]).score,
+                                                abs=1e-9)
+  assert sum(b['count'] for b in final['test']['bleu_by_length']) == len(predictions)
   # The SentencePiece models travel with the run directory.
   for side in ('source', 'target'):
     assert isinstance(load_vocab(os.path.join(workdir, f'{side}_vocab.json')), SentencePieceVocab)
