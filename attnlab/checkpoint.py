@@ -30,6 +30,9 @@ same target (so the target is not to blame), the unreadable newer steps are rena
 `<step>.unreadable` (kept for inspection, ignored by orbax) so that training can save those
 step numbers again. The warning names the step, the reason in one line and where the step was
 moved; the libraries' full error goes to the log (the run's train.log, not the console).
+`restore_params` (reading a run back) never falls back or moves anything: a checkpoint that does
+not read raises `UnreadableCheckpointError`, which names the damaged file and the other
+checkpoints that read.
 
 The best checkpoint (model selection, attnlab.selection) lives apart from the rolling latest
 ones, in `<directory>/best/<step>/` (items `state` = {'params': ...} and `data` = JSON about
@@ -46,9 +49,15 @@ are dropped, so the best checkpoint always matches the state training continues 
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging as std_logging
+import os
+import re
+import sys
 import time
-from collections.abc import Mapping
+import traceback
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import jax
@@ -63,10 +72,19 @@ from attnlab.errors import UserError
 
 _ITEMS = ('state', 'data', 'config')
 BEST_DIR = 'best'
+# Options orbax would otherwise change for read_only=True, one warning each.
+_READ_ONLY = ocp.CheckpointManagerOptions(
+  read_only=True, max_to_keep=None, save_interval_steps=0, create=False,
+  cleanup_tmp_directories=False, enable_async_checkpointing=False)
 
 
 class MissingCheckpointError(UserError):
   """The checkpoint asked for (best, latest or a step) is not in the directory."""
+
+
+class UnreadableCheckpointError(UserError):
+  """The checkpoint asked for has damaged or missing files; the message names the file and the
+  checkpoints that still read."""
 
 
 class Checkpointer:
@@ -79,6 +97,7 @@ class Checkpointer:
     keep: int,
     save_interval_steps: int = 1,
     async_save: bool = True,
+    read_only: bool = False,
   ):
     """Opens (and creates) the checkpoint directory.
 
@@ -88,6 +107,9 @@ class Checkpointer:
       save_interval_steps: `save` writes only steps divisible by this (unless `force=True`);
         1 leaves the cadence to the caller.
       async_save: write in a background thread (`wait()` joins it).
+      read_only: for reading a run back (decode, evaluate): nothing is created, saved or
+        deleted, not even orbax's leftover temporaries, which may be the save in progress of a
+        training that is still running.
     """
     if not isinstance(keep, int) or keep < 1:
       raise ValueError(f'keep={keep!r} must be a positive integer (train.keep_checkpoints)')
@@ -97,10 +119,10 @@ class Checkpointer:
     if not path.is_absolute() and '://' not in str(directory):
       path = epath.Path(path.resolve())
     self.directory = path
-    self._async = async_save
+    self._async, self._read_only = async_save, read_only
     self._best: ocp.CheckpointManager | None = None  # opened on first use (`_best_manager`)
     self._referenced_best: int | None = None  # best step the newest latest save refers to
-    options = ocp.CheckpointManagerOptions(
+    options = _READ_ONLY if read_only else ocp.CheckpointManagerOptions(
       max_to_keep=keep,
       # Every `save_interval_steps`, or when JAX reports a preemption; not orbax's default extra
       # save at the first call, which would surprise a caller that sets the cadence.
@@ -216,6 +238,8 @@ class Checkpointer:
 
     Raises:
       MissingCheckpointError (a UserError): no such checkpoint; the message lists what exists.
+      UnreadableCheckpointError (a UserError): its files are damaged or missing (or do not fit
+        `target_params`); the message names the file and the other checkpoints that read.
     """
     self.wait()
     latest, best = self.all_steps(), self.best_steps()
@@ -232,7 +256,38 @@ class Checkpointer:
       raise MissingCheckpointError(
         f'no {which!r} checkpoint in {self.directory}: latest steps {latest or "none"}, best '
         f'{best[-1] if best else "none"}; choose best, latest or one of those steps')
-    path = (self.directory / folder / str(step) if folder else self.directory / str(step)) / 'state'
+    try:
+      return self._read_params(folder, step, target_params), step
+    except Exception as e:  # orbax and tensorstore raise many types for damaged files
+      _drop_orphaned_read_errors(self.directory)
+      error = e
+    others = self._readable_choices((folder, step), target_params)
+    found = (f'these read: {", ".join(others)}' if others else
+             f'no other checkpoint in {self.directory} reads either')
+    raise UnreadableCheckpointError(
+      f'checkpoint {self._step_dir(folder, step)} cannot be read: '
+      f'{_damage(error, self._step_dir(folder, step))}; {found}') from error
+
+  def damaged_metadata(self) -> list[epath.Path]:
+    """The `_CHECKPOINT_METADATA` files that are not JSON. Orbax keeps its record of a save
+    there (timestamps, item handlers); restoring the items does not need it."""
+    bad = []
+    for folder, steps in (('', self.all_steps()), (BEST_DIR, self.best_steps())):
+      for step in steps:
+        path = self._step_dir(folder, step) / '_CHECKPOINT_METADATA'
+        try:
+          json.loads(path.read_text())
+        except FileNotFoundError:
+          continue
+        except (OSError, ValueError):
+          bad.append(path)
+    return bad
+
+  def _step_dir(self, folder: str, step: int) -> epath.Path:
+    return self.directory / folder / str(step) if folder else self.directory / str(step)
+
+  def _read_params(self, folder: str, step: int, target_params: Any) -> Any:
+    path = self._step_dir(folder, step) / 'state'
     reader = ocp.PyTreeCheckpointHandler()  # reads the `state` item alone, a subset of it
     try:
       if target_params is None:
@@ -245,7 +300,27 @@ class Checkpointer:
         item=abstract, restore_args=restore_args, partial_restore=True))
     finally:
       reader.close()
-    return out['params'], step
+    return out['params']
+
+  def _readable_choices(self, failed: tuple[str, int], target_params: Any) -> list[str]:
+    """`--checkpoint=...` for each other checkpoint whose parameters read, newest first. A step
+    number finds the latest folder first, so a best step also kept there is offered by its
+    number, and the newest best step as `best`."""
+    latest, best = self.all_steps(), self.best_steps()
+    candidates = [(s, '', str(s)) for s in latest]
+    candidates += [(s, BEST_DIR, 'best' if s == best[-1] else str(s)) for s in best
+                   if s == best[-1] or s not in latest]
+    choices = []
+    for step, folder, choice in sorted(candidates, key=lambda c: -c[0]):
+      if (folder, step) == failed:
+        continue
+      try:
+        self._read_params(folder, step, target_params)
+      except Exception:  # unreadable for any reason: not offered
+        _drop_orphaned_read_errors(self.directory)
+        continue
+      choices.append(f'--checkpoint={choice}' + (f' (step {step})' if choice == 'best' else ''))
+    return choices
 
   def restore(self, step: int | None = None, *, target_state: Any) -> tuple[Any, dict, int]:
     """Restores `(state, data_state, step)`.
@@ -343,7 +418,7 @@ class Checkpointer:
       path = self.directory / BEST_DIR
       if not create and not path.exists():
         return None
-      options = ocp.CheckpointManagerOptions(
+      options = _READ_ONLY if self._read_only else ocp.CheckpointManagerOptions(
         max_to_keep=None,  # `_prune_best` decides: never a best a latest step refers to
         cleanup_tmp_directories=True,
         enable_async_checkpointing=self._async,
@@ -392,6 +467,84 @@ def _reason(error: BaseException, limit: int = 200) -> str:
   lines = str(error).strip().splitlines()
   text = f'{type(error).__name__}: {lines[0] if lines else ""}'
   return text if len(text) <= limit else text[:limit - 3] + '...'
+
+
+def _damage(error: BaseException, step_dir: epath.Path) -> str:
+  """`state/manifest.ocdbt is damaged (Error decoding manifest: ...)`: the file tensorstore names
+  last (the innermost read that failed) and its complaint, else the error's first line."""
+  text = str(error).split(' [tensorstore_spec=', 1)[0].strip()
+  files = list(re.finditer(r'local file "([^"]+)"(?:: )?', text))
+  if isinstance(error, FileNotFoundError):
+    if not (step_dir / 'state').exists():
+      return 'state is missing'
+    named = re.findall(r'/\S*\w', text)  # orbax names the file or folder it looked for
+    return f'{_relative(named[-1], step_dir) if named else "a file"} is missing'
+  if files and not files[-1].group(1).endswith('/'):
+    name = _relative(files[-1].group(1), step_dir)
+    if text.startswith('NOT_FOUND'):
+      return f'{name} is missing'
+    detail = text[files[-1].end():].strip()
+    return f'{name} is damaged' + (f' ({detail})' if detail else '')
+  absent = re.search(r'Metadata at "([^"]+)/\.zarray" .*does not exist', text)
+  if files and absent:
+    return (f'{_relative(files[-1].group(1), step_dir)} has no data for {absent.group(1)} (files '
+            'are missing, manifest.ocdbt or d/)')
+  return _reason(error).replace(f'{step_dir}/', '')
+
+
+def _relative(path: str, step_dir: epath.Path) -> str:
+  """The path inside the step folder (the message names the folder once)."""
+  return path.removeprefix(f'{step_dir}/')
+
+
+_orphaned_read_dirs: set[str] = set()
+
+
+class _OrphanedReads(std_logging.Filter):
+  """asyncio's 'Future exception was never retrieved' about a read of a checkpoint directory
+  that already failed (see `_drop_orphaned_read_errors`)."""
+
+  def filter(self, record: std_logging.LogRecord) -> bool:
+    error = record.exc_info[1] if record.exc_info else None
+    return not ('never retrieved' in str(record.msg) and error is not None
+                and any(d in str(error) for d in _orphaned_read_dirs))
+
+
+def _drop_orphaned_read_errors(directory: epath.Path) -> None:
+  """From now on, drops what a failed read of `directory` leaves behind. Tensorstore finishes
+  the read's other requests on its own threads and hands each to orbax's event loop, closed by
+  then: every one becomes an unraisable `RuntimeError: Event loop is closed` or an asyncio
+  'Future exception was never retrieved' record, hundreds of lines on stderr until the process
+  exits, after the one error that says what is wrong."""
+  if not _orphaned_read_dirs:
+    std_logging.getLogger('asyncio').addFilter(_OrphanedReads())
+    previous = sys.unraisablehook
+
+    def hook(unraisable):
+      frames = traceback.extract_tb(unraisable.exc_traceback) if unraisable.exc_traceback else []
+      if not (isinstance(unraisable.exc_value, RuntimeError)
+              and str(unraisable.exc_value) == 'Event loop is closed'
+              and not any(f.filename.startswith(_PACKAGE_DIR) for f in frames)):
+        previous(unraisable)
+
+    sys.unraisablehook = hook
+  _orphaned_read_dirs.add(str(directory))
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+@contextlib.contextmanager
+def orbax_logs_dropped() -> Iterator[None]:
+  """Within: the records of absl's logger, which orbax writes to, are dropped. Reading a run
+  back, orbax's ERROR about a `_CHECKPOINT_METADATA` that is not JSON (see `damaged_metadata`)
+  and its INFO lines are noise; the errors that matter are raised."""
+  absl_logger, drop = std_logging.getLogger('absl'), (lambda record: False)
+  absl_logger.addFilter(drop)
+  try:
+    yield
+  finally:
+    absl_logger.removeFilter(drop)
 
 
 def _jsonable(name: str, value: Any) -> dict:

@@ -175,6 +175,9 @@ class EvalConfig:
 
     check_choice(f'{prefix}.search', self.search, search.METHODS)
     check_positive(f'{prefix}.beam_size', self.beam_size)
+    if not (isinstance(self.length_penalty, int | float) and math.isfinite(self.length_penalty)):
+      raise ConfigError(f'{prefix}.length_penalty={self.length_penalty!r} must be a finite '
+                        'number (GNMT alpha, e.g. 0.6; 0 = none)')
     for key in ('max_decode_length', 'max_examples', 'num_heatmaps', 'num_samples'):
       check_positive(f'{prefix}.{key}', getattr(self, key), allow_zero=True)
     for split in self.splits:

@@ -5,7 +5,9 @@
     python -m attnlab.decode --workdir=runs/g2p --nbest=3 --format=jsonl < words.txt
 
 Reads one input per line (`--input=FILE`, else stdin) in the task's raw form and writes one
-output per input line, in input order (`--output=FILE`, else stdout), detokenized:
+output per input line, in input order (`--output=FILE`, else stdout), detokenized. FILE is
+written in full when decoding ends (a temporary file beside it is renamed over it), so an
+interrupted or failed decode leaves it as it was; it may not be the --input file:
 
   --format=text   the output text; with --nbest=K, K lines per input in the Moses n-best
                   form `LINE ||| OUTPUT ||| SCORE` (LINE: 0-based input line)
@@ -31,8 +33,11 @@ refused in one line (`error: ...`, exit status 2).
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import math
 import os
+import shutil
 import sys
 from collections.abc import Iterator
 
@@ -180,11 +185,82 @@ def main(argv=None) -> int:
     return 2
 
 
-def _run(args) -> int:
-  from attnlab import runs
-
+def _check_args(args) -> None:
+  """Mistakes in the flags alone, reported before the run is read."""
+  if args.nbest < 1:
+    raise UserError(f'--nbest={args.nbest} must be at least 1 (hypotheses per input)')
+  if args.length_penalty is not None and not math.isfinite(args.length_penalty):
+    raise UserError(f'--length_penalty={args.length_penalty} must be a finite number (GNMT '
+                    'alpha, e.g. 0.6)')
   if args.input and not os.path.isfile(args.input):
     raise UserError(f'--input={args.input}: no such file')
+  if args.output:
+    if os.path.isdir(args.output):
+      raise UserError(f'--output={args.output} is a folder; name a file in it')
+    folder = os.path.dirname(os.path.abspath(args.output))
+    if not os.path.isdir(folder):
+      raise UserError(f'--output={args.output}: folder {folder} does not exist')
+    if args.input and os.path.exists(args.output) and os.path.samefile(args.input, args.output):
+      raise UserError(f'--output={args.output} is the --input file: decoding would overwrite '
+                      'the inputs; choose another --output')
+  if args.attention_dir:
+    existing = os.path.abspath(args.attention_dir)
+    while not os.path.exists(existing):
+      existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+      raise UserError(f'--attention_dir={args.attention_dir}: {existing} is a file, not a folder')
+
+
+class _Output:
+  """--output written to a temporary file beside it and renamed over it once every line is
+  decoded: a failure midway leaves the file as it was. A device or pipe (/dev/null, a FIFO) is
+  written directly; a symbolic link keeps pointing at the file it names."""
+
+  def __init__(self, path: str):
+    target = os.path.realpath(path)
+    self.target, self.tmp = target, None
+    try:
+      if os.path.exists(target) and not os.path.isfile(target):
+        self.file = open(target, 'w', encoding='utf-8')
+        return
+      if os.path.exists(target) and not os.access(target, os.W_OK):
+        # Not replaced behind its owner's back: the shell's `>` refuses it too.
+        raise PermissionError(errno.EACCES, 'Permission denied')
+      self.tmp = os.path.join(os.path.dirname(target),
+                              f'.{os.path.basename(target)}.{os.getpid()}.partial')
+      fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)  # the umask applies
+    except OSError as e:
+      raise UserError(f'--output={path} cannot be written: {e.strerror}') from None
+    if os.path.isfile(target):
+      shutil.copymode(target, self.tmp)
+    self.file = open(fd, 'w', encoding='utf-8')
+
+  def close(self, complete: bool) -> None:
+    self.file.close()
+    if self.tmp is None:
+      return
+    if complete:
+      os.replace(self.tmp, self.target)
+    else:
+      os.remove(self.tmp)
+
+
+def _run(args) -> int:
+  _check_args(args)
+  output = _Output(args.output) if args.output else None
+  complete = False
+  try:
+    _decode(args, output.file if output else sys.stdout)
+    complete = True
+  finally:
+    if output:
+      output.close(complete)
+  return 0
+
+
+def _decode(args, out) -> None:
+  from attnlab import runs
+
   run = runs.load_run(args.workdir, args.checkpoint)
   if run.note:
     print(f'note: {run.note}', file=sys.stderr)
@@ -202,13 +278,15 @@ def _run(args) -> int:
             file=sys.stderr)
       attention_dir = None
     else:
-      os.makedirs(attention_dir, exist_ok=True)
+      try:
+        os.makedirs(attention_dir, exist_ok=True)
+      except OSError as e:
+        raise UserError(f'--attention_dir={attention_dir} cannot be made: {e.strerror}') from None
   stdin = sys.stdin.buffer if hasattr(sys.stdin, 'buffer') else sys.stdin
   source = open(args.input, 'rb') if args.input else stdin
   interactive = args.interactive
   if interactive is None:
     interactive = not args.input and stdin.isatty()
-  out = open(args.output, 'w', encoding='utf-8') if args.output else sys.stdout
   if interactive and stdin.isatty():
     print(f'{args.workdir} (step {run.step}): one input per line, Ctrl-D to end',
           file=sys.stderr)
@@ -218,10 +296,7 @@ def _run(args) -> int:
   finally:
     if args.input:
       source.close()
-    if args.output:
-      out.close()
   writer.warn()
-  return 0
 
 
 if __name__ == '__main__':

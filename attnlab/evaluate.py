@@ -15,7 +15,8 @@ In multi-process runs each process decodes its share of every eval batch and the
 gathered, so every process computes the metrics over the whole split.
 
 Re-evaluating a saved checkpoint (the same metrics the run wrote in final_metrics.json, for the
-same checkpoint and search settings; written to RUN/evaluations/, never over the run's files):
+same checkpoint and search settings; written to RUN/evaluations/, never over the run's files;
+a run that cannot be written there is refused before decoding):
 
     python -m attnlab.evaluate --workdir=RUN --split=test [--checkpoint=best|latest|STEP] \
         [--search=beam --beam_size=5 --length_penalty=0.6 --max_decode_length=N]
@@ -29,6 +30,7 @@ import functools
 import json
 import os
 import sys
+import tempfile
 import time
 import zlib
 
@@ -301,6 +303,7 @@ def evaluate_checkpoint(workdir: str, split: str = 'test', *, checkpoint: str = 
   from attnlab.config import ConfigError
 
   run = runs.load_run(workdir, checkpoint)
+  check_writable(workdir, os.path.join(workdir, 'evaluations'))
   overrides = {k: v for k, v in eval_overrides.items() if v is not None}
   try:
     eval_cfg = dataclasses.replace(run.cfg.eval, **overrides)
@@ -316,7 +319,7 @@ def evaluate_checkpoint(workdir: str, split: str = 'test', *, checkpoint: str = 
         f'the data of task {cfg.task.name!r} now give other vocabularies than the ones saved in '
         f'{workdir}; the corpus changed since training, so its metrics would not be comparable')
   out_dir = os.path.join(workdir, 'evaluations', _settings_name(split, run.step, eval_cfg))
-  os.makedirs(out_dir, exist_ok=True)
+  check_writable(workdir, out_dir, create=True)
   parallel = _parallel_for(cfg)
   evaluator = Evaluator(run.model, task, cfg, parallel, out_dir, enabled=True,
                         progress_every_s=progress_every_s)
@@ -326,6 +329,29 @@ def evaluate_checkpoint(workdir: str, split: str = 'test', *, checkpoint: str = 
   with open(os.path.join(out_dir, 'metrics.json'), 'w') as f:
     json.dump(record, f, indent=2, default=float)
   return record, out_dir
+
+
+def check_writable(workdir: str, folder: str, *, create: bool = False) -> None:
+  """Writes a file into `folder` (made first if `create`, else its nearest existing parent), so
+  that a run directory evaluate cannot write (read-only files or mount) is refused before the
+  split is decoded. Permission bits alone do not say it: root writes past them, a read-only
+  mount stops everyone."""
+  from attnlab.errors import UserError
+
+  existing = folder
+  while not os.path.exists(existing) and os.path.dirname(existing) != existing:
+    existing = os.path.dirname(existing)
+  try:
+    if create:
+      os.makedirs(folder, exist_ok=True)
+      existing = folder
+    with tempfile.TemporaryFile(dir=existing):
+      pass
+  except OSError as e:
+    raise UserError(
+        f'evaluate writes its results to {folder}, which cannot be written ({e.strerror}); '
+        f'evaluate a writable copy of the run (cp -r {workdir} COPY) or make {workdir} '
+        'writable') from None
 
 
 def _summary(split: str, step: int, result: dict) -> str:

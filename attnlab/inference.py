@@ -27,6 +27,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
+import math
 from typing import Any
 
 import jax
@@ -153,6 +154,9 @@ class Decoder:
     for name in ('beam_size', 'max_decode_length', 'batch_size'):
       if getattr(self, name) < 1:
         raise ConfigError(f'--{name}={getattr(self, name)} must be a positive integer')
+    if not math.isfinite(self.length_penalty):
+      raise ConfigError(f'--length_penalty={self.length_penalty} must be a finite number (GNMT '
+                        'alpha, e.g. 0.6)')
     if self.max_input_length < 0:
       raise ConfigError(f'--max_input_length={self.max_input_length} must be >= 0 (0: no limit)')
     if self.model_limit and self.max_decode_length > self.model_limit:
@@ -170,7 +174,9 @@ class Decoder:
     if isinstance(inputs, str):
       raise TypeError('decode takes a list of input strings, e.g. decode(["abc"])')
     width = 1 if self.search == 'greedy' else self.beam_size
-    if not 1 <= nbest <= width:
+    if nbest < 1:
+      raise ConfigError(f'--nbest={nbest} must be at least 1 (hypotheses per input)')
+    if nbest > width:
       need = '--search=beam with ' if self.search == 'greedy' else ''
       raise ConfigError(f'--nbest={nbest} needs {need}--beam_size >= {nbest} (the search keeps '
                         f'{width} hypotheses)')

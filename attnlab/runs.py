@@ -13,7 +13,9 @@ inputs (attnlab.inference). `checkpoint` is 'best' (the checkpoint model selecti
 latest one, with a note, when the run recorded none), 'latest' or a step number; only the
 parameters are read (`Checkpointer.restore_params`), not the optimiser state. A directory
 that is not a finished-enough run raises `RunDirError` (a `UserError`: one line on the
-command line) saying what is missing.
+command line) saying what is missing; a damaged vocabulary file, a checkpoint that does not
+read (`UnreadableCheckpointError`, naming the ones that do) or one whose parameter shapes are
+not config.json's model are also one such line.
 """
 
 from __future__ import annotations
@@ -99,14 +101,32 @@ def read_config(workdir: str) -> tuple[config_lib.RunConfig, dict, list[str]]:
 def read_vocabularies(workdir: str):
   """(source, target) tokenizers saved with the run: `Vocab` or `SentencePieceVocab`."""
   from attnlab.data.sentencepiece_vocab import load_vocab  # reads both kinds of file
+  from attnlab.data.tasks import DataError
 
   vocabs = []
   for name in VOCAB_FILES:
     path = os.path.join(workdir, name)
     if not os.path.isfile(path):
       raise RunDirError(f'{workdir} has no {name}; train.py writes it when a run starts')
-    vocabs.append(load_vocab(path))
+    try:
+      vocabs.append(load_vocab(path))
+    except DataError as e:
+      raise RunDirError(f'{e}; it is the run\'s tokenizer: restore it from a copy of the run') \
+        from None
   return tuple(vocabs)
+
+
+def check_shapes(params: Any, target: Any, where: str) -> None:
+  """Restored parameters have the shapes config.json's model needs (a checkpoint written by
+  another config in the same workdir would otherwise fail later, inside the model)."""
+  flat = lambda tree: {'/'.join(str(getattr(k, 'key', k)) for k in path): tuple(v.shape)
+                       for path, v in jax.tree_util.tree_flatten_with_path(tree)[0]}
+  got, want = flat(params), flat(target)
+  for name, shape in want.items():
+    if got.get(name) != shape:
+      raise RunDirError(f'{where}: parameter {name} has shape {got.get(name)}, but the model of '
+                        f'config.json needs {shape}; the checkpoint was written with another '
+                        'config')
 
 
 def choose_checkpoint(ckpt: checkpoint_lib.Checkpointer, choice: str | int) -> tuple[str, str]:
@@ -178,17 +198,26 @@ def load_run(workdir: str, checkpoint: str | int = 'best') -> TrainedRun:
                       f'training saves one every train.checkpoint_every='
                       f'{cfg.train.checkpoint_every} steps and at the end')
   model = build_model(cfg.model, source_vocab.size, target_vocab.size)
-  ckpt = checkpoint_lib.Checkpointer(workdir_lib.checkpoint_dir(workdir),
-                                     keep=cfg.train.keep_checkpoints)
-  try:
-    which, note = choose_checkpoint(ckpt, checkpoint)
-    params, step = ckpt.restore_params(which, target_params=abstract_params(model, cfg))
-  finally:
-    ckpt.close()
+  target = abstract_params(model, cfg)
+  with checkpoint_lib.orbax_logs_dropped():  # its errors that matter are raised, one line each
+    ckpt = checkpoint_lib.Checkpointer(workdir_lib.checkpoint_dir(workdir),
+                                       keep=cfg.train.keep_checkpoints, read_only=True)
+    try:
+      which, note = choose_checkpoint(ckpt, checkpoint)
+      params, step = ckpt.restore_params(which, target_params=target)
+      damaged = ckpt.damaged_metadata()
+    finally:
+      ckpt.close()
+  check_shapes(params, target, f'checkpoint step {step} in {ckpt.directory}')
   params = jax.device_put(params)  # on the default device once, not per call
+  notes = [note]
+  if damaged:
+    notes.append(f'{", ".join(map(str, damaged))} is not JSON (orbax\'s record of the save; the '
+                 'parameters read without it)')
   if added:
-    note = '; '.join(filter(None, [note, f'config.json predates {", ".join(added)}: using '
-                                         'their defaults from configs/base.py']))
+    notes.append(f'config.json predates {", ".join(added)}: using their defaults from '
+                 'configs/base.py')
+  note = '; '.join(filter(None, notes))
   return TrainedRun(workdir=workdir, cfg=cfg, config_dict=raw, model=model, params=params,
                     step=int(step), note=note, source_vocab=source_vocab,
                     target_vocab=target_vocab)

@@ -3,6 +3,7 @@
 import logging
 import os
 import pathlib
+import shutil
 
 import jax
 import jax.numpy as jnp
@@ -11,7 +12,7 @@ import optax
 import pytest
 
 import attnlab
-from attnlab.checkpoint import Checkpointer, MissingCheckpointError
+from attnlab.checkpoint import Checkpointer, MissingCheckpointError, UnreadableCheckpointError
 
 
 def _state(seed: float):
@@ -186,3 +187,41 @@ def test_best_checkpoint_is_kept_apart_and_pruned_only_when_superseded(tmp_path)
     # Resuming from step 3 (say step 4 was unreadable) drops the best of the dead future.
     assert not ckpt.resume_best(3, best_step=2)
     assert ckpt.best_steps() == []
+
+
+def test_unreadable_params_name_the_damaged_file_and_the_checkpoints_that_read(tmp_path):
+  params = lambda v: {'w': np.full((2,), v, np.float32)}
+  with Checkpointer(tmp_path, keep=3) as ckpt:
+    for step in (1, 2, 3):
+      ckpt.save(step, {'params': params(float(step))}, {'step': step}, {})
+    ckpt.save_best(3, params(3.0), {'value': 1.0})
+  manifest = tmp_path / '3' / 'state' / 'manifest.ocdbt'
+  manifest.write_bytes(manifest.read_bytes()[:20])  # truncated, as by a full disk
+  with Checkpointer(tmp_path, keep=3) as ckpt:
+    # Step 3 is kept in best/ too: offered as `best`, since the number finds the latest folder.
+    with pytest.raises(UnreadableCheckpointError, match=(
+        rf'^checkpoint {tmp_path}/3 cannot be read: state/manifest.ocdbt is damaged \(Error '
+        r'decoding manifest: Length in header \(\d+\) does not match actual length \(20\); at '
+        r'byte 12\); these read: --checkpoint=best \(step 3\), --checkpoint=2, --checkpoint=1$')):
+      ckpt.restore_params(3)
+    shutil.rmtree(tmp_path / 'best' / '3' / 'state')
+    (tmp_path / '2' / 'state' / 'manifest.ocdbt').write_bytes(b'garbage')
+    with pytest.raises(UnreadableCheckpointError, match=(
+        rf'^checkpoint {tmp_path}/best/3 cannot be read: state is missing; these read: '
+        r'--checkpoint=1$')):
+      ckpt.restore_params('best')
+    for data in (tmp_path / '1' / 'state' / 'd').iterdir():
+      data.unlink()
+    with pytest.raises(UnreadableCheckpointError, match=(
+        rf'^checkpoint {tmp_path}/1 cannot be read: state/d/\w+ is missing; no other checkpoint '
+        rf'in {tmp_path} reads either$')):
+      ckpt.restore_params(1)
+
+
+def test_damaged_save_records_are_listed_and_do_not_stop_a_read(tmp_path):
+  with Checkpointer(tmp_path, keep=2) as ckpt:
+    ckpt.save(1, {'params': {'w': np.ones(2, np.float32)}}, {'step': 1}, {})
+  (tmp_path / '1' / '_CHECKPOINT_METADATA').write_text('garbage')
+  with Checkpointer(tmp_path, keep=2) as ckpt:
+    assert ckpt.damaged_metadata() == [tmp_path / '1' / '_CHECKPOINT_METADATA']
+    np.testing.assert_array_equal(ckpt.restore_params(1)[0]['w'], [1.0, 1.0])

@@ -9,7 +9,9 @@ session is answered line by line, and every task family decodes through the CLI.
 
 import json
 import os
+import re
 import select
+import shutil
 import subprocess
 import sys
 import time
@@ -99,6 +101,10 @@ def test_nbest_lists_are_distinct_sorted_and_start_with_the_1best(rnn_run):
     run.decode(inputs, nbest=5, search='beam', beam_size=4)
   with pytest.raises(UserError, match='needs --search=beam'):
     run.decode(inputs, nbest=2, search='greedy')
+  with pytest.raises(UserError, match=r'^--nbest=0 must be at least 1 \(hypotheses per input\)$'):
+    run.decode(inputs, nbest=0)
+  with pytest.raises(UserError, match='^--length_penalty=nan must be a finite number'):
+    run.decode(inputs, search='beam', length_penalty=float('nan'))
 
 
 def test_api_returns_attention_and_per_head_weights_that_average_to_it(transformer_run):
@@ -201,6 +207,140 @@ def test_workdir_without_config_or_checkpoint_is_one_line_error(rnn_run, tmp_pat
     assert err.startswith('error: ') and message in err and err.count('\n') == 1, err
   code, _, err = _main([f'--workdir={rnn_run}', '--checkpoint=3'], capsys)
   assert code == 2 and err.startswith('error: ') and "'3'" in err and '2, 4' in err, err
+
+
+def _copy_run(workdir, tmp_path):
+  copy = tmp_path / 'run'
+  shutil.copytree(workdir, copy, ignore=shutil.ignore_patterns('evaluations', 'tensorboard'))
+  return copy
+
+
+def test_output_is_never_the_input_and_is_replaced_only_when_complete(rnn_run, tmp_path, capsys,
+                                                                      monkeypatch):
+  inputs = tmp_path / 'in.txt'
+  inputs.write_bytes(b'abc\nabcd\n')
+  (tmp_path / 'link.txt').symlink_to('in.txt')
+  monkeypatch.chdir(tmp_path)
+  for output in ('in.txt', './in.txt', str(inputs), 'link.txt'):
+    code, out, err = _main([f'--workdir={rnn_run}', '--input=in.txt', f'--output={output}'],
+                           capsys)
+    assert (code, out, err) == (2, '', f'error: --output={output} is the --input file: decoding '
+                                        'would overwrite the inputs; choose another --output\n')
+    assert inputs.read_bytes() == b'abc\nabcd\n'
+  # Interrupted after the first line was written: the existing output is untouched.
+  (tmp_path / 'out.txt').write_bytes(b'mine\n')
+  write = decode.Writer.write
+
+  def interrupted(writer, result):
+    write(writer, result)
+    raise KeyboardInterrupt
+
+  monkeypatch.setattr(decode.Writer, 'write', interrupted)
+  with pytest.raises(KeyboardInterrupt):
+    decode.main([f'--workdir={rnn_run}', '--input=in.txt', '--output=out.txt'])
+  assert (tmp_path / 'out.txt').read_bytes() == b'mine\n'
+  assert sorted(os.listdir(tmp_path)) == ['in.txt', 'link.txt', 'out.txt'], 'no temporary file'
+  # Complete: replaced as a whole, through a symbolic link that stays one.
+  monkeypatch.setattr(decode.Writer, 'write', write)
+  (tmp_path / 'out_link.txt').symlink_to('out.txt')
+  code, _, err = _main([f'--workdir={rnn_run}', '--input=in.txt', '--output=out_link.txt'],
+                       capsys)
+  assert code == 0, err
+  assert (tmp_path / 'out_link.txt').is_symlink()
+  expected = [r.output for r in attnlab.load_run(rnn_run).decode(['abc', 'abcd'])]
+  assert (tmp_path / 'out.txt').read_text().split('\n') == [*expected, '']
+
+
+def test_bad_output_paths_and_flag_values_are_refused_before_the_run_is_read(tmp_path, capsys,
+                                                                             monkeypatch):
+  def load_run(*args):
+    raise AssertionError('the run was read before the flags were checked')
+
+  monkeypatch.setattr(runs, 'load_run', load_run)
+  inputs, a_file = tmp_path / 'in.txt', tmp_path / 'a_file'
+  inputs.write_text('abc\n')
+  a_file.write_text('mine\n')
+  cases = {
+      f'--output={tmp_path}': f'--output={tmp_path} is a folder; name a file in it',
+      f'--output={tmp_path}/missing/out.txt':
+          f'--output={tmp_path}/missing/out.txt: folder {tmp_path}/missing does not exist',
+      f'--attention_dir={a_file}': f'--attention_dir={a_file}: {a_file} is a file, not a folder',
+      f'--attention_dir={a_file}/maps':
+          f'--attention_dir={a_file}/maps: {a_file} is a file, not a folder',
+      '--nbest=0': '--nbest=0 must be at least 1 (hypotheses per input)',
+      '--length_penalty=nan': '--length_penalty=nan must be a finite number (GNMT alpha, e.g. 0.6)',
+      '--length_penalty=-inf':
+          '--length_penalty=-inf must be a finite number (GNMT alpha, e.g. 0.6)',
+  }
+  for flag, message in cases.items():
+    code, out, err = _main(['--workdir=RUN', f'--input={inputs}', flag], capsys)
+    assert (code, out, err) == (2, '', f'error: {message}\n'), flag
+  assert sorted(os.listdir(tmp_path)) == ['a_file', 'in.txt'] and a_file.read_text() == 'mine\n'
+
+
+def test_damaged_checkpoint_is_one_line_naming_the_file_and_the_readable_ones(rnn_run, tmp_path):
+  run = _copy_run(rnn_run, tmp_path)
+  manifest = run / 'checkpoints' / 'best' / '4' / 'state' / 'manifest.ocdbt'
+  manifest.write_bytes(manifest.read_bytes()[:20])  # truncated
+  result = _cli(f'--workdir={run}', stdin='abc\n')
+  assert (result.returncode, result.stdout) == (2, '')
+  # The whole stderr: orbax's own log lines and its abandoned reads' errors are not shown.
+  assert re.fullmatch(
+      rf'error: checkpoint {run}/checkpoints/best/4 cannot be read: state/manifest\.ocdbt is '
+      r'damaged \(Error decoding manifest: Length in header \(\d+\) does not match actual length '
+      r'\(20\); at byte 12\); these read: --checkpoint=4, --checkpoint=2\n', result.stderr), (
+      result.stderr[-3000:])
+  # Orbax's record of the save damaged, the parameters intact: decoded, with one note.
+  shutil.copy(os.path.join(rnn_run, 'checkpoints', 'best', '4', 'state', 'manifest.ocdbt'),
+              manifest)
+  (run / 'checkpoints' / 'best' / '4' / '_CHECKPOINT_METADATA').write_text('garbage')
+  result = _cli(f'--workdir={run}', stdin='abc\n')
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert result.stderr == (f'note: {run}/checkpoints/best/4/_CHECKPOINT_METADATA is not JSON '
+                           "(orbax's record of the save; the parameters read without it)\n")
+  assert result.stdout == attnlab.load_run(rnn_run).decode(['abc'])[0].output + '\n'
+
+
+def test_damaged_vocabulary_or_foreign_checkpoint_is_one_line(rnn_run, tmp_path, capsys):
+  run = _copy_run(rnn_run, tmp_path)
+  vocab = run / 'target_vocab.json'
+  good = vocab.read_bytes()
+  why = {}
+  for name, content in (('truncated', good[:30]), ('not_an_object', b'[]'),
+                        ('duplicates', b'{"mode": "char", "symbols": ["a", "a"]}')):
+    vocab.write_bytes(content)
+    code, out, err = _main([f'--workdir={run}'], capsys)
+    assert (code, out) == (2, ''), name
+    assert err.startswith(f'error: vocabulary file {vocab} ') and err.count('\n') == 1, err
+    assert err.endswith("; it is the run's tokenizer: restore it from a copy of the run\n"), err
+    why[name] = err.split(f'{vocab} ', 1)[1].split(';')[0]
+  with pytest.raises(json.JSONDecodeError) as bad_json:
+    json.loads(good[:30])
+  assert why['truncated'] == f'is not valid JSON ({bad_json.value})'
+  assert why['not_an_object'] == "is not one attnlab wrote: no 'mode' key in a JSON object (it " \
+                                 "holds list '[]')"
+  assert why['duplicates'] == "is damaged: duplicate symbols: ['a']"
+  # config.json of another model than the checkpoints (two trainings in one workdir).
+  vocab.write_bytes(good)
+  config = json.loads((run / 'config.json').read_text())
+  config['model']['hidden_size'] *= 2
+  (run / 'config.json').write_text(json.dumps(config))
+  code, out, err = _main([f'--workdir={run}'], capsys)
+  assert (code, out) == (2, '') and err.count('\n') == 1, err
+  assert err.startswith(f'error: checkpoint step 4 in {run}/checkpoints: parameter ') and (
+      'but the model of config.json needs' in err), err
+
+
+def test_reading_a_run_leaves_a_save_in_progress_alone(rnn_run, tmp_path):
+  run = _copy_run(rnn_run, tmp_path)
+  # What orbax writes while a training still running in this workdir saves step 6.
+  saving = [run / 'checkpoints' / '6.orbax-checkpoint-tmp-1', run / 'checkpoints' / 'best' /
+            '6.orbax-checkpoint-tmp-2']
+  for folder in saving:
+    folder.mkdir()
+    (folder / 'part').write_text('half a checkpoint')
+  assert runs.load_run(str(run)).step == 4
+  assert [(f / 'part').read_text() for f in saving] == ['half a checkpoint'] * 2
 
 
 def test_a_run_older_than_a_config_key_reads_with_its_default(rnn_run, tmp_path, capsys):

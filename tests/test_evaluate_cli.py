@@ -7,16 +7,21 @@ They read one tiny run (conftest.tiny_reverse_run: reverse:smoke, 4 steps).
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
 import pytest
+from smoke_runs import smoke_config
 
+from attnlab import config as config_lib
 from attnlab import evaluate
+from attnlab.config import ConfigError
 from attnlab.data import load_task
 from attnlab.runs import read_config
 
 REPO = os.path.join(os.path.dirname(__file__), '..')
+ENV = {**os.environ, 'XLA_FLAGS': '--xla_force_host_platform_device_count=1'}
 
 
 @pytest.fixture(scope='module')
@@ -96,13 +101,83 @@ def test_cli_prints_metrics_and_refuses_bad_input_in_one_line(run_dir, tmp_path,
   assert 'written to ' in ok.stdout
   for args, message in (((f'--workdir={tmp_path}',), 'has no config.json'),
                         ((f'--workdir={run_dir}', '--split=dev'), "--split='dev' is not valid"),
-                        ((f'--workdir={run_dir}', '--beam_size=0'), 'eval.beam_size=0')):
+                        ((f'--workdir={run_dir}', '--beam_size=0'), 'eval.beam_size=0'),
+                        ((f'--workdir={run_dir}', '--length_penalty=nan'),
+                         'eval.length_penalty=nan must be a finite number')):
     code = evaluate.main(list(args))
     err = capsys.readouterr().err
     assert code == 2 and err.startswith('error: ') and message in err, err
   bad = cli(f'--workdir={run_dir}', '--checkpoint=7')
   assert bad.returncode == 2 and bad.stderr.startswith('error: ') and "'7'" in bad.stderr
   assert bad.stderr.count('\n') == 1, bad.stderr
+
+
+def test_a_non_finite_length_penalty_is_a_config_error():
+  for value in (float('nan'), float('inf')):
+    with pytest.raises(ConfigError, match=rf'^eval\.length_penalty={value} must be a finite'):
+      config_lib.parse(smoke_config(**{'eval.length_penalty': value}))
+
+
+def _copy_run(run_dir, tmp_path):
+  copy = tmp_path / 'run'
+  shutil.copytree(run_dir, copy, ignore=shutil.ignore_patterns('evaluations', 'tensorboard'))
+  return copy
+
+
+def _cli(*args, prefix=()):
+  return subprocess.run([*prefix, sys.executable, '-m', 'attnlab.evaluate', *args], cwd=REPO,
+                        capture_output=True, text=True, timeout=180, env=ENV)
+
+
+def test_damaged_checkpoint_is_one_line_naming_the_file_and_the_readable_ones(run_dir, tmp_path):
+  run = _copy_run(run_dir, tmp_path)
+  for data in (run / 'checkpoints' / 'best' / '4' / 'state' / 'd').iterdir():
+    data.write_bytes(b'xx')
+  result = _cli(f'--workdir={run}')
+  assert (result.returncode, result.stdout) == (2, '')
+  assert re.fullmatch(
+      rf'error: checkpoint {run}/checkpoints/best/4 cannot be read: state/d/\w+ is damaged '
+      r'\(Requested byte range \[0, \d+\) is not valid for value of size 2\); these read: '
+      r'--checkpoint=4, --checkpoint=2\n', result.stderr), result.stderr[-3000:]
+  assert not (run / 'evaluations').exists()
+
+
+def _read_only(run) -> list[str] | None:
+  """A command prefix under which `run` is read-only: its permission bits for a user; for root,
+  whom they do not stop, a read-only bind mount in a mount namespace of its own. None where
+  neither is possible (root without mount namespaces)."""
+  if os.geteuid() != 0:
+    subprocess.run(['chmod', '-R', 'a-w', str(run)], check=True)
+    return []
+  prefix = ['unshare', '--mount', 'sh', '-c', 'mount --bind -o ro "$0" "$0" && exec "$@"', str(run)]
+  try:
+    probe = subprocess.run([*prefix, 'true'], capture_output=True, timeout=30)
+  except FileNotFoundError:
+    return None
+  return prefix if probe.returncode == 0 else None
+
+
+def test_a_run_that_cannot_be_written_is_refused_before_decoding(run_dir, tmp_path, capsys):
+  run = _copy_run(run_dir, tmp_path)
+  way_out = f'; evaluate a writable copy of the run (cp -r {run} COPY) or make {run} writable\n'
+  (run / 'evaluations').write_text('mine\n')  # a file where the results go
+  assert evaluate.main([f'--workdir={run}']) == 2
+  assert capsys.readouterr().err == (f'error: evaluate writes its results to {run}/evaluations, '
+                                     f'which cannot be written (Not a directory){way_out}')
+  assert (run / 'evaluations').read_text() == 'mine\n'
+  (run / 'evaluations').unlink()
+  prefix = _read_only(run)
+  if prefix is None:
+    pytest.skip('root without mount namespaces: no way to make a folder read-only here')
+  try:
+    result = _cli(f'--workdir={run}', prefix=prefix)
+  finally:
+    subprocess.run(['chmod', '-R', 'u+w', str(run)], check=True)
+  assert (result.returncode, result.stdout) == (2, '')
+  reason = 'Permission denied' if os.geteuid() else 'Read-only file system'
+  assert result.stderr == (f'error: evaluate writes its results to {run}/evaluations, which '
+                           f'cannot be written ({reason}){way_out}')
+  assert not (run / 'evaluations').exists()
 
 
 def test_heatmap_titles_name_the_reference_of_a_wrong_output():

@@ -21,6 +21,7 @@ a resumed run reuses the same model.
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
 import io
 import json
@@ -130,12 +131,33 @@ class SentencePieceVocab:
 
 
 def load_vocab(path: str | os.PathLike) -> Vocab | SentencePieceVocab:
-  """Reads a vocabulary file written by `Vocab.save` or `SentencePieceVocab.save`."""
-  with open(path, encoding='utf-8') as f:
-    data = json.load(f)
-  if data.get('mode') == MODE:
-    return SentencePieceVocab.from_json(data)
-  return Vocab.from_json(data)
+  """Reads a vocabulary file written by `Vocab.save` or `SentencePieceVocab.save`; a file that
+  is not one (damaged, truncated, another kind of JSON) raises DataError naming it."""
+  try:
+    with open(path, encoding='utf-8') as f:
+      data = json.load(f)
+  except json.JSONDecodeError as e:
+    raise DataError(f'vocabulary file {path} is not valid JSON ({e})') from None
+  except UnicodeDecodeError as e:
+    raise DataError(f'vocabulary file {path} is not UTF-8 text (byte {e.start + 1})') from None
+  except OSError as e:
+    raise DataError(f'vocabulary file {path} cannot be read ({e.strerror})') from None
+  if not isinstance(data, dict) or not isinstance(data.get('mode'), str):
+    raise DataError(f"vocabulary file {path} is not one attnlab wrote: no 'mode' key in a JSON "
+                    f'object (it holds {type(data).__name__} {str(data)[:40]!r})')
+  try:
+    if data['mode'] == MODE:
+      return SentencePieceVocab.from_json(data)
+    return Vocab.from_json(data)
+  except KeyError as e:
+    reason = f'no {e} key'
+  except binascii.Error as e:
+    reason = f'its model is not base64 ({e})'
+  except RuntimeError:  # SentencePiece's parser names only its own source line
+    reason = 'its SentencePiece model does not parse'
+  except (TypeError, ValueError) as e:
+    reason = str(e)
+  raise DataError(f'vocabulary file {path} is damaged: {reason}')
 
 
 def train_sentencepiece(
