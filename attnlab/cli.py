@@ -18,6 +18,7 @@ import sys
 from collections.abc import Iterator
 from typing import NoReturn
 
+import ml_collections
 from absl import app, flags
 from ml_collections.config_flags.config_flags import ConfigFileFlagParser
 
@@ -89,6 +90,11 @@ def _config_file_problem(name: str, path: str, error: OSError) -> str:
   return f'--{name}={path}: cannot load {file}: {_one_line(error.__cause__ or error)}'
 
 
+def _short_repr(value, limit: int = 60) -> str:
+  text = repr(value).replace('\n', ' ')
+  return text if len(text) <= limit else text[:limit - 3] + '...'
+
+
 def parse_flags(argv: list[str]) -> list[str]:
   """absl's flag parsing, with every mistake (module docstring) reported by `fail`."""
   try:
@@ -102,12 +108,18 @@ def parse_flags(argv: list[str]) -> list[str]:
   for name in flags.FLAGS:
     flag = flags.FLAGS[name]
     if isinstance(flag.parser, ConfigFileFlagParser) and flag.value is not None:
+      value = flag.value
       try:  # config_flags defers a failed load until first use (after JAX started)
-        flag.value.keys()
+        value.keys()
       except OSError as e:
         fail(_config_file_problem(name, flag.config_filename, e))
-      except AttributeError:  # a config that is not a ConfigDict (loaded fine)
+      except AttributeError:  # loaded fine, but not a ConfigDict: checked below
         pass
+      if not isinstance(value, ml_collections.ConfigDict):
+        file = flag.config_filename.split(':', 1)[0]
+        fail(f'--{name}={flag.config_filename}: get_config() in {file} returned '
+             f'{type(value).__name__} {_short_repr(value)}, not an ml_collections.ConfigDict; '
+             'build the config as configs/base.py does (ml_collections.ConfigDict())')
   return rest
 
 

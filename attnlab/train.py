@@ -12,11 +12,13 @@ the best checkpoint. A diverging loss stops the run before that step is saved
 
 Rerunning the same command resumes from the latest checkpoint with the same data order and
 selection state; a changed config is refused first (attnlab.workdir). Only process 0 writes
-files other than checkpoints.
+files other than checkpoints, and it holds the workdir's lock for the whole run, so a second
+run on the same workdir is refused before it reads or writes anything there.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -28,6 +30,7 @@ from typing import Any
 import jax
 import ml_collections
 import numpy as np
+from jax.experimental import multihost_utils
 
 from attnlab import (
   checkpoint,
@@ -44,6 +47,7 @@ from attnlab import (
 from attnlab import config as config_lib
 from attnlab import workdir as workdir_lib
 from attnlab.divergence import DivergenceError, NonFiniteLossError  # noqa: F401 (callers)
+from attnlab.errors import UserError
 from attnlab.evaluate import Evaluator
 from attnlab.models.factory import build_model
 from attnlab.parallel import DataParallel
@@ -108,6 +112,9 @@ class Run:
   step: int = 0  # the last step trained (or restored)
   stopped_early: bool = False
   lr_scale: float = 1.0  # optim.schedule=plateau: the multiplier held in the optimiser state
+  loss: float = math.nan  # the latest logged training loss: saved with each checkpoint
+  resumed_step: int | None = None  # the checkpoint this run resumed from
+  resumed_loss: float | None = None  # the training loss saved with it
   run_time: workdir_lib.RunTimeRecord | None = None  # this process's line of run_times.jsonl
 
 
@@ -177,11 +184,14 @@ def setup(config: ml_collections.ConfigDict, workdir: str, allow_config_change=(
                                            enabled=is_writer),
             writer=writers.MetricWriter(workdir, enabled=is_writer), progress=progress,
             schedule=schedule, num_params=num_params, is_writer=is_writer,
-            selection=selection, guard=divergence.LossGuard(cfg.train.divergence_factor,
-                                                            data_state.get('lowest_loss')),
+            selection=selection,
+            guard=divergence.LossGuard(cfg.train.divergence_factor, data_state.get('lowest_loss'),
+                                       vocab_size=task.target_vocab.size),
             params_shape=jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
                                       state.params),
             step=start, lr_scale=optim.lr_scale(state.opt_state) or 1.0,
+            resumed_step=start if restored is not None else None,
+            resumed_loss=data_state.get('loss'),
             run_time=workdir_lib.RunTimeRecord(workdir, first_step=start, started=started,
                                                cpu_started=cpu_started, enabled=is_writer,
                                                machine=machine.default_machine_name()))
@@ -216,8 +226,15 @@ def cut_learning_rate(run: Run, p_state):
 
 
 def _diverged(run: Run, problem: str, step: int, error=DivergenceError) -> DivergenceError:
-  where = divergence.last_good(run.ckpt.latest_step(), run.ckpt.directory,
-                               run.cfg.train.checkpoint_every)
+  latest = run.ckpt.latest_step()
+  # This process saved a checkpoint only after its loss passed the guard; the one it resumed
+  # from may have been saved without a guard (attnlab before it had one, or factor 0 then).
+  bad_loss = None
+  resumed = latest is not None and latest == run.resumed_step
+  if resumed and run.resumed_loss is not None and run.guard.exceeds(run.resumed_loss):
+    bad_loss = run.resumed_loss
+  where = divergence.last_good(latest, run.ckpt.directory, run.cfg.train.checkpoint_every,
+                               bad_loss)
   return error(f'training diverged at step {step}: {problem}; {where}. To fix it: '
                f'{divergence.advice(run.cfg)}')
 
@@ -251,6 +268,7 @@ def train_loop(run: Run, state: steps.TrainState, batches, start: int):
     if problem:
       raise _diverged(run, problem, step,
                       DivergenceError if math.isfinite(loss) else NonFiniteLossError)
+    run.loss = loss
     # The update that produced `step` used schedule(step - 1): optax counts updates from 0.
     scalars.update(learning_rate=float(run.schedule(step - 1)) * run.lr_scale,
                    steps_per_sec=sums['steps'] / elapsed,
@@ -279,7 +297,8 @@ def train_loop(run: Run, state: steps.TrainState, batches, start: int):
   def data_state(step: int) -> dict:
     lowest = run.guard.lowest
     return {'step': step, 'selection': selection.to_json() if selection else None,
-            'lowest_loss': lowest if math.isfinite(lowest) else None}
+            'lowest_loss': lowest if math.isfinite(lowest) else None,
+            'loss': run.loss if math.isfinite(run.loss) else None}
 
   end = start if run.stopped_early else cfg.train.num_steps  # rerun of an early-stopped run
   for step in range(start + 1, end + 1):
@@ -364,12 +383,45 @@ def _write_final(run: Run, tested_step: int, final: dict) -> None:
                'selection': chosen, **writers.to_json(final)}, f, indent=2)
 
 
+def lock_workdir(workdir: str) -> contextlib.AbstractContextManager:
+  """Process 0's hold on the workdir for the whole run (attnlab.workdir.RunLock); the job's
+  other processes write only checkpoints, as process 0 directs, and take no lock. They learn
+  whether process 0 got it, so that a refused job stops as a whole with its error."""
+  lock, refused = None, None
+  if jax.process_index() == 0:
+    try:
+      lock = workdir_lib.RunLock(workdir)
+    except UserError as e:
+      refused = e
+  if jax.process_count() > 1:
+    got = multihost_utils.broadcast_one_to_all(np.int32(refused is None))
+    if not got and refused is None:
+      raise UserError(f'process 0 could not start the run in --workdir={workdir}; its error '
+                      'line says why')
+  if refused is not None:
+    raise refused
+  return lock or contextlib.nullcontext()
+
+
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
                        allow_config_change=()) -> dict:
   """Trains `config` in `workdir` (resuming if it holds a checkpoint); returns final metrics:
-  {split: metrics} of the selected checkpoint (final_metrics.json says which step)."""
+  {split: metrics} of the selected checkpoint (final_metrics.json says which step).
+
+  Raises `attnlab.errors.UserError` for a bad config, an unusable workdir or one where another
+  process is training; nothing is written in the workdir before those checks (but its lock).
+  """
+  started, cpu_started = time.perf_counter(), time.process_time()
+  config_lib.parse(config)  # a config mistake leaves nothing behind, not even the lock file
+  workdir_lib.check_allowed_changes(workdir, config, allow_config_change)
+  with lock_workdir(workdir):
+    return _train_and_evaluate(config, workdir, allow_config_change, started, cpu_started)
+
+
+def _train_and_evaluate(config, workdir: str, allow_config_change, started: float,
+                        cpu_started: float) -> dict:
   run, state, batches, start = setup(config, workdir, allow_config_change,
-                                     started=time.perf_counter(), cpu_started=time.process_time())
+                                     started=started, cpu_started=cpu_started)
   outcome = 'failed'
   with console.log_file(workdir, jax.process_index()) as log:
     try:

@@ -16,14 +16,25 @@ build the same ones, else it stops: the data changed).
 Extending `train.num_steps`: the learning-rate schedule is rebuilt over the new number of steps
 from the resumed step on. `constant` and `rsqrt` do not depend on it; `cosine` and `linear`
 then jump (usually up) at the resumed step; the message gives both learning rates.
+
+One training process at a time: `RunLock` holds an exclusive `flock` on WORKDIR/.lock for the
+whole run, and a second process on the same workdir is refused, naming the holder's pid and host
+(which the file records), before it reads or writes anything else. The kernel drops the lock
+when its process dies, however it dies, so a file left by a killed run never blocks a resume.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime
+import difflib
+import errno
+import fcntl
 import json
+import logging
 import os
+import socket
+import tempfile
 import time
 from typing import Any
 
@@ -42,6 +53,7 @@ RUN_TIMES = 'run_times.jsonl'
 # to append its line (SIGKILL, a machine or session that ends) leaves it, and the next start
 # (or sweep launch) appends it as outcome 'killed', so no wall time is lost.
 RUN_IN_PROGRESS = 'run_time_current.json'
+LOCK_FILE = '.lock'  # held (flock) by the process that trains in the workdir; {pid, host}
 
 # Keys that change neither what is trained nor how it is selected: accepted on resume.
 UNOBSERVABLE = (
@@ -154,6 +166,25 @@ def schedule_note(old: dict, cfg, resume_step: int | None) -> str:
           f'learning rate jumps from {before:.3g} to {after:.3g}')
 
 
+def check_allowed_changes(workdir: str, config, allow=()) -> None:
+  """Raises `WorkdirConfigError` for a key in `allow` (`--allow_config_change`) that is not a
+  key of `config`, nor of the run's config.json (a key attnlab removed since the run started)."""
+  known = set(flatten(config_as_json(config)))
+  if all(key in known for key in allow):
+    return
+  with contextlib.suppress(OSError, ValueError):  # only consulted for the names it holds
+    with open(os.path.join(workdir, CONFIG_FILE), encoding='utf-8') as f:
+      saved = json.load(f)
+    known |= set(flatten(saved)) if isinstance(saved, dict) else set()
+  for key in allow:
+    if key not in known:
+      close = difflib.get_close_matches(key, sorted(known), n=1)
+      hint = f' (did you mean {close[0]}?)' if close else ''
+      raise WorkdirConfigError(
+        f'--allow_config_change={",".join(allow)}: {key!r} is not a config key{hint}; the keys '
+        f'that may change on resume with it: {", ".join(RESUMABLE)}')
+
+
 def check_reuse(workdir: str, config, cfg, allow=()) -> tuple[dict, list[str]]:
   """Raises `WorkdirConfigError` unless `config` matches the run in `workdir` (module doc).
 
@@ -226,13 +257,25 @@ def check_vocabularies(workdir: str, task) -> None:
         'the data changed since the run started; use a new --workdir')
 
 
+def _replace(path: str, write) -> None:
+  """`write(tmp)`, then renames tmp to `path`: the job's other processes, which check the files
+  process 0 writes here as they start, and a kill mid-write see the old file or the new one."""
+  tmp = f'{path}.{os.getpid()}.tmp'
+  write(tmp)
+  os.replace(tmp, path)
+
+
 def write_start_files(workdir: str, config, task, changes: dict, resume_step: int | None) -> None:
   """config.json (new run or accepted changes), the vocabularies (if absent), the change log."""
   os.makedirs(workdir, exist_ok=True)
   config_path = os.path.join(workdir, CONFIG_FILE)
-  if changes or not os.path.isfile(config_path):
-    with open(config_path, 'w', encoding='utf-8') as f:
+
+  def write_config(path: str) -> None:
+    with open(path, 'w', encoding='utf-8') as f:
       f.write(config.to_json_best_effort(indent=2, sort_keys=True))
+
+  if changes or not os.path.isfile(config_path):
+    _replace(config_path, write_config)
   if changes:
     record = {'step': resume_step, 'changes': {k: list(v) for k, v in changes.items()},
               'at': _now()}
@@ -241,7 +284,7 @@ def write_start_files(workdir: str, config, task, changes: dict, resume_step: in
   for side, name in VOCAB_FILES.items():
     path = os.path.join(workdir, name)
     if not os.path.isfile(path):
-      getattr(task, f'{side}_vocab').save(path)
+      _replace(path, getattr(task, f'{side}_vocab').save)
 
 
 def _append_run_time(workdir: str, record: dict) -> None:
@@ -305,3 +348,102 @@ def recover_killed_run(workdir: str) -> dict | None:
     _append_run_time(workdir, record)
   os.remove(path)
   return record
+
+
+class WorkdirInUseError(UserError):
+  """Another process is training in the workdir."""
+
+
+def _file_on_the_way(path: str) -> str | None:
+  """The existing non-folder that `path` passes through (a/FILE/b), if any."""
+  head = os.path.dirname(path)
+  while head and head != os.path.dirname(head):
+    if os.path.lexists(head) and not os.path.isdir(head):
+      return head
+    head = os.path.dirname(head)
+  return None
+
+
+def _path_problem(workdir: str, error: OSError) -> str:
+  """One line: why `workdir` cannot hold a run, from the OSError that making it (or a file in
+  it) raised, and the way out."""
+  way_out = 'name a folder that training can create or write its files in'
+  if os.path.lexists(workdir) and not os.path.isdir(workdir):
+    problem = 'it is a file, not a folder'
+  elif error.errno == errno.ENOTDIR and _file_on_the_way(workdir):
+    problem = f'{_file_on_the_way(workdir)} is a file, not a folder'
+  elif error.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+    problem = ('it is on a read-only file system' if error.errno == errno.EROFS
+               else 'it is not writable (permission denied)')
+    way_out = ('training (and a rerun of a finished run) writes there, so copy the run to a '
+               'writable folder to resume it, or name another --workdir')
+  else:
+    problem = f'it cannot be created or written ({error.strerror or error})'
+  return f'--workdir={workdir}: {problem}; {way_out}'
+
+
+_NO_LOCKS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS)  # a filesystem that cannot flock
+
+
+class RunLock:
+  """The workdir's lock, held from `RunLock(workdir)` until `release()` (or the process's end).
+
+  Raises `WorkdirInUseError` when another process holds it and `UserError` when `workdir` cannot
+  be a run directory (empty, a file, under a file, not writable); in both cases nothing in the
+  workdir was changed.
+  """
+
+  def __init__(self, workdir: str):
+    if not workdir:
+      raise UserError('--workdir is empty; name the folder of the run, e.g. '
+                      '--workdir=runs/reverse')
+    self.path = os.path.join(workdir, LOCK_FILE)
+    try:
+      os.makedirs(workdir, exist_ok=True)
+      # O_RDWR without O_TRUNC: a refused process leaves the holder's record as it is.
+      self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+      raise UserError(_path_problem(workdir, e)) from None
+    try:
+      fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+      holder = self._holder()
+      os.close(self._fd)
+      raise WorkdirInUseError(
+        f'--workdir={workdir} is in use: another training process ({holder}) holds {self.path}; '
+        'wait for it to finish (or stop it), or use another --workdir') from None
+    except OSError as e:
+      if e.errno not in _NO_LOCKS:
+        os.close(self._fd)
+        raise
+      logging.warning('%s cannot be locked (%s): nothing stops a second process from training '
+                      'in %s at the same time', self.path, e.strerror, workdir)
+    record = {'pid': os.getpid(), 'host': socket.gethostname(), 'since': _now()}
+    try:
+      os.ftruncate(self._fd, 0)
+      os.pwrite(self._fd, json.dumps(record).encode(), 0)
+      with tempfile.TemporaryFile(dir=workdir):  # the folder itself takes new files
+        pass
+    except OSError as e:
+      self.release()
+      raise UserError(_path_problem(workdir, e)) from None
+
+  def _holder(self) -> str:
+    """'pid P on HOST' from the lock file; the holder writes it right after locking."""
+    for _ in range(20):
+      with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        record = json.loads(os.pread(self._fd, 4096, 0))
+        return f'pid {record["pid"]} on {record["host"]}'
+      time.sleep(0.05)
+    return 'pid and host not recorded'
+
+  def release(self) -> None:
+    if self._fd is not None:
+      os.close(self._fd)  # the only descriptor of this open file: the lock goes with it
+      self._fd = None
+
+  def __enter__(self) -> RunLock:
+    return self
+
+  def __exit__(self, *exc) -> None:
+    self.release()

@@ -104,3 +104,38 @@ def test_entry_point_help_shows_the_commands_usage_and_flags(module, usage, flag
   assert 'Traceback' not in result.stderr, result.stderr[-3000:]
   assert usage in result.stdout and f'\n  {flag}' in result.stdout
   assert 'kept as the entry point users know' not in result.stdout
+
+
+@pytest.mark.parametrize(('body', 'returned'), [
+  ('return 5', 'int 5'),
+  ("return {'train': {'num_steps': 4}}", "dict {'train': {'num_steps': 4}}"),
+])
+def test_a_config_file_that_returns_no_config_dict(tmp_path, body, returned):
+  path = tmp_path / 'mine.py'
+  path.write_text(f'def get_config():\n  {body}\n')
+  line = _one_error_line(run_cli(f'--config={path}', f'--workdir={tmp_path}/run'))
+  assert line == (f'error: --config={path}: get_config() in {path} returned {returned}, not an '
+                  'ml_collections.ConfigDict; build the config as configs/base.py does '
+                  '(ml_collections.ConfigDict())')
+  assert not (tmp_path / 'run').exists()
+
+
+@pytest.mark.parametrize(('workdir', 'problem'), [
+  ('{tmp}/file', 'it is a file, not a folder; name a folder'),
+  ('{tmp}/file/run', '{tmp}/file is a file, not a folder; name a folder'),
+  ('/proc/nope', 'it cannot be created or written (No such file or directory); name a folder'),
+])
+def test_a_workdir_that_cannot_hold_a_run(tmp_path, workdir, problem):
+  (tmp_path / 'file').write_text('mine\n')
+  workdir = workdir.format(tmp=tmp_path)
+  line = _one_error_line(run_cli(SMOKE, f'--workdir={workdir}'))
+  assert line == (f'error: --workdir={workdir}: {problem.format(tmp=tmp_path)} that training '
+                  'can create or write its files in')
+  assert (tmp_path / 'file').read_text() == 'mine\n'
+  assert os.listdir(tmp_path) == ['file']
+
+
+def test_an_empty_workdir_flag():
+  line = _one_error_line(run_cli(SMOKE, '--workdir='))
+  assert line == ('error: --workdir is empty; name the folder of the run, e.g. '
+                  '--workdir=runs/reverse')

@@ -1,6 +1,7 @@
 """Reusing a workdir: a changed config is refused before anything is written, unless the keys
 may change on resume and are named in --allow_config_change."""
 
+import errno
 import json
 import os
 import types
@@ -10,14 +11,18 @@ from smoke_runs import run_cli, smoke_config
 
 from attnlab import train, workdir
 from attnlab.data.vocab import Vocab
+from attnlab.errors import UserError
 
 
 def _snapshot(directory):
-  """Every file's bytes and mtime under `directory`."""
+  """Every file's bytes and mtime under `directory`, but the lock file: it names the latest
+  process that held the workdir, a refused one too."""
   out = {}
   for root, _, files in os.walk(directory):
     for name in files:
       path = os.path.join(root, name)
+      if path == os.path.join(directory, workdir.LOCK_FILE):
+        continue
       with open(path, 'rb') as f:
         out[path] = (f.read(), os.stat(path).st_mtime_ns)
   return out
@@ -99,3 +104,59 @@ def test_a_resumed_run_must_build_the_same_vocabularies(tmp_path):
   with pytest.raises(workdir.WorkdirConfigError, match='source_vocab.json differs from the source '
                      r'vocabulary this config builds \(8 ids\): the data changed'):
     workdir.check_vocabularies(str(tmp_path), grown)
+
+
+def test_a_key_to_allow_that_is_no_config_key_is_refused(tmp_path):
+  run_dir = str(tmp_path / 'run')
+  with pytest.raises(workdir.WorkdirConfigError) as refused:
+    train.train_and_evaluate(smoke_config(), run_dir,
+                             allow_config_change=('train.num_steps', 'train.num_step'))
+  assert str(refused.value) == (
+    "--allow_config_change=train.num_steps,train.num_step: 'train.num_step' is not a config key "
+    '(did you mean train.num_steps?); the keys that may change on resume with it: '
+    'train.num_steps, train.eval_every, train.patience, train.divergence_factor, '
+    'optim.learning_rate, optim.plateau_min_scale')
+  assert not os.path.exists(run_dir)
+  with pytest.raises(workdir.WorkdirConfigError, match="'bogus.key' is not a config key; "):
+    workdir.check_allowed_changes(run_dir, smoke_config(), ('bogus.key',))
+  # A key that only the run's config.json has (attnlab removed it since) may be named.
+  os.makedirs(run_dir)
+  with open(os.path.join(run_dir, 'config.json'), 'w') as f:
+    json.dump({'train': {'gone': 1}}, f)
+  workdir.check_allowed_changes(run_dir, smoke_config(), ('train.gone', 'train.num_steps'))
+
+
+def _refuse_writes_in(monkeypatch, directory, error, *, lock_too):
+  """os.open of a file in `directory` for writing fails with `error` (root writes anywhere, so a
+  chmod cannot make a read-only folder in tests); the lock file too if `lock_too`."""
+  real_open = os.open
+
+  def guarded(path, flags, *args, **kwargs):
+    inside = os.path.abspath(os.fspath(path)).startswith(directory)
+    is_lock = os.fspath(path).endswith(workdir.LOCK_FILE)
+    if inside and flags & (os.O_WRONLY | os.O_RDWR) and (lock_too or not is_lock):
+      raise OSError(error, os.strerror(error), os.fspath(path))
+    return real_open(path, flags, *args, **kwargs)
+
+  monkeypatch.setattr(os, 'open', guarded)
+
+
+@pytest.mark.parametrize(('error', 'lock_too', 'problem'), [
+  (errno.EROFS, True, 'it is on a read-only file system'),
+  (errno.EACCES, False, 'it is not writable (permission denied)'),
+])
+def test_a_finished_run_in_a_read_only_folder_is_one_error(tmp_path, monkeypatch, error, lock_too,
+                                                          problem):
+  run_dir = str(tmp_path / 'run')
+  train.train_and_evaluate(smoke_config(), run_dir)
+  before = _snapshot(run_dir)
+  _refuse_writes_in(monkeypatch, run_dir, error, lock_too=lock_too)
+  with pytest.raises(UserError) as refused:
+    train.train_and_evaluate(smoke_config(), run_dir)  # a rerun evaluates and writes again
+  assert str(refused.value) == (
+    f'--workdir={run_dir}: {problem}; training (and a rerun of a finished run) writes there, so '
+    'copy the run to a writable folder to resume it, or name another --workdir')
+  monkeypatch.undo()
+  assert _snapshot(run_dir) == before
+  with workdir.RunLock(run_dir):  # the refused process let go of the lock
+    pass
