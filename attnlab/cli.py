@@ -26,10 +26,6 @@ from attnlab.errors import UserError
 
 EXIT_USER_ERROR = 2
 
-# attnlab defines no flags here: this lets run_module declare another module's flags key to the
-# shim that calls it, as absl attributes key flags to the calling module.
-flags.disclaim_key_flags()
-
 
 @contextlib.contextmanager
 def library_warnings_only() -> Iterator[None]:
@@ -134,10 +130,3 @@ def run(main) -> None:
 
   app.run(guarded, flags_parser=parse_flags)
 
-
-def run_module(module) -> None:
-  """`run(module.main)` for a `python -m attnlab.X` shim that only names where the code lives
-  (attnlab/sweep.py): its --help shows `module`'s docstring and flags, not the shim's."""
-  sys.modules['__main__'].__doc__ = module.__doc__  # absl's usage text
-  flags.adopt_module_key_flags(module)
-  run(module.main)

@@ -20,8 +20,8 @@ decoded line N, DIR/lineNNNNN.png (the best output's attention; multi-head model
 per head and their mean, per layer) and DIR/lineNNNNN.npz ('weights' [T, S] as search used
 them, 'source_tokens', 'output_tokens' and, multi-head, 'heads_<layer>' [heads, T, S]).
 
-Input handling (attnlab/inference.py): surrounding whitespace is stripped; an empty line gives
-an empty output line; symbols outside the vocabulary are read as <unk> and counted in one
+Input handling (attnlab/decoding/inference.py): surrounding whitespace is stripped; an empty line
+gives an empty output line; symbols outside the vocabulary are read as <unk> and counted in one
 warning; a line longer than `data.max_source_length` tokens (EOS included; change with
 --max_input_length, 0 = up to the model's own limit) is not decoded: its output line is empty
 (jsonl: `error` says why) and stderr names it. Files are decoded in batches bucketed by
@@ -43,8 +43,11 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from attnlab import cli, compilation_cache, inference, search
+from attnlab import cli
+from attnlab.config.run import SEARCH_METHODS
+from attnlab.decoding import heatmaps, inference, runs
 from attnlab.errors import UserError
+from attnlab.runtime import compilation_cache
 
 CHUNK_LINES = 8192  # lines decoded (and written) together when reading a file or a pipe
 
@@ -56,7 +59,7 @@ def _parser() -> argparse.ArgumentParser:
   p.add_argument('--input', help='file with one input per line (default: stdin)')
   p.add_argument('--output', help='file for the outputs (default: stdout)')
   p.add_argument('--checkpoint', default='best', help='best (default), latest or a step number')
-  p.add_argument('--search', choices=search.METHODS, help="default: the run's eval.search")
+  p.add_argument('--search', choices=SEARCH_METHODS, help="default: the run's eval.search")
   p.add_argument('--beam_size', type=int, help="default: the run's eval.beam_size")
   p.add_argument('--length_penalty', type=float, help='GNMT alpha (beam search)')
   p.add_argument('--max_decode_length', type=int, help='most output tokens, EOS included')
@@ -127,8 +130,6 @@ class Writer:
 
 def save_attention(folder: str, line_no: int, result: inference.Decoded) -> None:
   """lineNNNNN.png and .npz of the best hypothesis (module docstring)."""
-  from attnlab.reporting import heatmaps
-
   best, src = result.hypotheses[0], result.source_tokens
   stem = os.path.join(folder, f'line{line_no:05d}')
   title = f'line {line_no}: {result.input.strip()[:40]}'
@@ -259,8 +260,6 @@ def _run(args) -> int:
 
 
 def _decode(args, out) -> None:
-  from attnlab import runs
-
   run = runs.load_run(args.workdir, args.checkpoint)
   if run.note:
     print(f'note: {run.note}', file=sys.stderr)

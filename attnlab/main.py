@@ -9,16 +9,19 @@ them here too. A user's mistake prints one `error: ...` line and exits with stat
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from attnlab import cli, compilation_cache, console, distributed, interrupt, parallel, train
+from attnlab import cli
+from attnlab.runtime import compilation_cache, distributed, interrupt, logs, parallel
+from attnlab.train import loop as train
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Config file (path.py[:variant]).',
                                           lock_config=True)
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Run directory (checkpoints, metrics, plots).')
 _ALLOW_CHANGE = flags.DEFINE_list(
     'allow_config_change', [], 'Config keys that may differ from the run in --workdir when it '
-    'resumes, e.g. train.num_steps (attnlab/workdir.py lists the keys that may).')
-_DISTRIBUTED = flags.DEFINE_enum('distributed', 'auto', ['auto', 'explicit', 'off'],
-                                 'Multi-process initialisation (see attnlab/distributed.py).')
+    'resumes, e.g. train.num_steps (attnlab/train/resume.py lists the keys that may).')
+_DISTRIBUTED = flags.DEFINE_enum(
+    'distributed', 'auto', ['auto', 'explicit', 'off'],
+    'Multi-process initialisation (see attnlab/runtime/distributed.py).')
 _COORDINATOR = flags.DEFINE_string('coordinator', '', 'explicit: HOST:PORT of process 0.')
 _NUM_PROCESSES = flags.DEFINE_integer('num_processes', 0, 'explicit: number of processes.')
 _PROCESS_ID = flags.DEFINE_integer('process_id', -1, 'explicit: this process index.')
@@ -33,7 +36,7 @@ def main(argv):
   verbose = flags.FLAGS['verbosity'].present  # absl's -v / --verbosity on the command line
   if not verbose:
     logging.set_verbosity(logging.INFO)  # INFO reaches the log file, not the console
-  console.route_library_logs(verbose)
+  logs.route_library_logs(verbose)
   # SIGTERM (a scheduler, the sweep runner) unwinds like Ctrl-C: pending checkpoint writes
   # finish and run_times.jsonl records the attempt. Set before JAX's own multi-host handler.
   interrupt.install()

@@ -21,7 +21,7 @@ import numpy as np
 import sacrebleu
 
 # summarize(): output name -> (numerator sum, denominator count). The train and eval steps
-# (attnlab/steps.py) produce these keys, each summed over the tokens / sequences / steps it
+# (attnlab/train/steps.py) produce these keys, each summed over the tokens / sequences / steps it
 # covers (padding excluded):
 #   loss_sum       sum over target tokens of -log p(y_t | y_<t, x) (plain cross-entropy, without
 #                  label smoothing, so that perplexity means perplexity)
@@ -50,6 +50,31 @@ SUM_KEYS = (
   'grad_norm_sum',
   'steps',
 )
+
+
+# 'max': higher is better; 'min': lower is better. Names as evaluation reports them;
+# model selection, reports and statistics read them here.
+DIRECTIONS = {
+  'sequence_accuracy': 'max',  # exact match of the decoded output (dates, synthetic tasks)
+  'token_accuracy': 'max',  # teacher-forced
+  'teacher_forced_sequence_accuracy': 'max',
+  'bleu': 'max',  # sacrebleu corpus BLEU, 0-100
+  'chrf': 'max',
+  'wer': 'min',  # G2P word error rate
+  'per': 'min',  # G2P phone error rate
+  'loss': 'min',  # teacher-forced cross-entropy per token
+  'perplexity': 'min',
+  'alignment_error_rate': 'min',
+}
+
+
+def lower_is_better(metric: str) -> bool:
+  return DIRECTIONS[metric] == 'min'
+
+
+def is_number(value) -> bool:
+  """A finite int or float, not a bool: a metric value that tables and curves can show."""
+  return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def summarize(sums: Mapping[str, Any]) -> dict[str, float]:

@@ -1,8 +1,34 @@
-"""`python -m attnlab.run_report`: kept as the entry point users know;
-the code lives in attnlab.reporting.run_report."""
+"""`python -m attnlab.run_report RUN_DIR --out=DIR`: one finished run as a publishable folder.
+
+    python -m attnlab.run_report runs/g2p-final --out=results/g2p \\
+        [--command='python -m attnlab.main --config=configs/g2p.py --workdir=runs/g2p-final'] \\
+        [--wall_s=SECONDS]
+
+Writes DIR/README.md, plots, heatmaps and report.html (attnlab/reporting/run_report.py says
+what they hold) and prints the paths of README.md and report.html.
+"""
+
+import os
+
+from absl import app, flags
 
 from attnlab import cli
-from attnlab.reporting import run_report
+from attnlab.reporting import html
+from attnlab.reporting.run_report import write_run_report
+
+_OUT = flags.DEFINE_string('out', None, 'Results folder to write (README.md, plots).')
+_COMMAND = flags.DEFINE_string('command', None, 'The exact command that trained the run.')
+_WALL_S = flags.DEFINE_float('wall_s', None, 'Wall time in seconds (default: run_times.jsonl).')
+
+
+def main(argv):
+  if len(argv) != 2 or not _OUT.value:
+    raise app.UsageError(
+      "usage: python -m attnlab.run_report RUN_DIR --out=DIR [--command='...'] [--wall_s=SECONDS]"
+    )
+  print(write_run_report(argv[1], _OUT.value, command=_COMMAND.value, wall_s=_WALL_S.value))
+  print(os.path.join(_OUT.value, html.FILE_NAME))
+
 
 if __name__ == '__main__':
-  cli.run_module(run_report)  # a user error: one `error: ...` line, exit status 2
+  cli.run(main)

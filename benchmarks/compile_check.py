@@ -15,10 +15,13 @@ import time
 import jax
 import ml_collections
 
-from attnlab import config as config_lib
-from attnlab import data, evaluate, optim, steps, train
+from attnlab import data
+from attnlab.config import run as config_lib
+from attnlab.decoding import search
 from attnlab.models.factory import build_model
-from attnlab.parallel import DataParallel
+from attnlab.runtime.parallel import DataParallel
+from attnlab.train import loop as train
+from attnlab.train import optim, steps
 from configs import base
 
 
@@ -60,7 +63,7 @@ def check_default_config(num_steps: int, *, quick: bool = False) -> dict:
 
   def counted_greedy(params, src, *, max_length):
     traces['greedy'] += 1
-    return evaluate.decode_batch(
+    return search.decode_batch(
       model, params, src, method='greedy', beam_size=1, max_length=max_length, length_penalty=0.0
     )
 

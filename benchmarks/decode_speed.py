@@ -27,9 +27,9 @@ import time
 
 import jax
 
-from attnlab import runs
 from attnlab.data import load_task
-from attnlab.machine import cpu_model_name, default_machine_name
+from attnlab.decoding import runs
+from attnlab.runtime.machine import cpu_model_name, default_machine_name
 from benchmarks import measure
 
 RESULTS_DIR = os.path.join(os.path.dirname(__file__), 'results')

@@ -1,8 +1,8 @@
 """attnlab's side of the benchmark: the real training step and the real eval-time search.
 
-Training runs `attnlab.steps.train_step` through `attnlab.parallel.DataParallel` on one
-device (the code path `attnlab.train` runs), with a fresh `shard_batch` per step and no host
-sync inside a repetition. Decoding runs `attnlab.evaluate.decode_batch` jitted exactly as the
+Training runs `attnlab.train.steps.train_step` through `attnlab.runtime.parallel.DataParallel`
+on one device (the code path `attnlab.train.loop` runs), with a fresh `shard_batch` per step and
+no host sync inside a repetition. Decoding runs `attnlab.decoding.search.decode_batch` jitted as the
 `Evaluator` does. Traces are counted so that recompilation shows up in the results.
 """
 
@@ -13,9 +13,11 @@ import time
 import jax
 import numpy as np
 
-from attnlab import evaluate, optim, steps, train
+from attnlab.decoding import search
 from attnlab.models.factory import build_model
-from attnlab.parallel import DataParallel
+from attnlab.runtime.parallel import DataParallel
+from attnlab.train import loop as train
+from attnlab.train import optim, steps
 from benchmarks import flops as flops_lib
 from benchmarks import workloads
 
@@ -46,7 +48,7 @@ class JaxRunner:
 
       def counted_decode(params, src, *, max_length, method=method):
         self.traces[method] += 1
-        return evaluate.decode_batch(
+        return search.decode_batch(
           self.model,
           params,
           src,
@@ -99,7 +101,7 @@ def check_same_logits(runner: JaxRunner, torch_model, batch: dict, autocast: boo
   reference under torch.autocast where attnlab runs model.dtype=bfloat16_matmuls)."""
   import torch
 
-  from attnlab.steps import decoder_input
+  from attnlab.train.steps import decoder_input
   from benchmarks.torch_reference import precision
 
   tgt_in = np.asarray(decoder_input(batch['target']))

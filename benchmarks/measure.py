@@ -1,5 +1,5 @@
 """Timing helpers: interleaved repetitions, load average, matmul peak (the machine's name:
-attnlab/machine.py).
+attnlab/runtime/machine.py).
 
 The benchmark machine is shared, so absolute timings drift with other processes' load. Every
 comparison therefore alternates the two frameworks repetition by repetition (ABBA order, so a

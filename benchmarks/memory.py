@@ -40,7 +40,7 @@ def main(argv=None) -> None:
   parser.add_argument('--framework', choices=('jax', 'torch'), required=True)
   parser.add_argument('--quick', action='store_true')
   args = parser.parse_args(argv)
-  from attnlab.parallel import tune_host_allocator
+  from attnlab.runtime.parallel import tune_host_allocator
 
   tune_host_allocator()  # as benchmarks.run does
   if args.framework == 'jax':

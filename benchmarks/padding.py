@@ -33,7 +33,7 @@ import time
 
 import numpy as np
 
-from attnlab import machine
+from attnlab.runtime import machine
 from benchmarks import measure
 
 RESULTS_DIR = os.path.join(os.path.dirname(__file__), 'results')
@@ -83,8 +83,8 @@ def matching_tokens_per_batch(batches, num_buckets: int, global_batch_size: int)
 
 
 def train_pipeline(config, task):
-  from attnlab import config as config_lib
   from attnlab import data
+  from attnlab.config import run as config_lib
 
   return data.train_batches(task, config_lib.parse(config), process_index=0, process_count=1,
                             num_devices=1)
@@ -92,8 +92,8 @@ def train_pipeline(config, task):
 
 def padding_rows(name: str, num_buckets: list[int]) -> dict:
   """The examples row and one tokens row per bucket count for task config `name`."""
-  from attnlab import config as config_lib
   from attnlab import data
+  from attnlab.config import run as config_lib
 
   base = task_config(name)
   task = data.load_task(config_lib.parse(base))
@@ -115,15 +115,17 @@ def padding_rows(name: str, num_buckets: list[int]) -> dict:
 
 def throughput(num_buckets: int, rounds: int, round_steps: int) -> dict:
   """G2P training, examples vs tokens rounds alternating in this process."""
-  from attnlab import parallel as parallel_lib
+  from attnlab.runtime import parallel as parallel_lib
 
   parallel_lib.tune_host_allocator()  # as training does, before JAX starts its threads
   import jax
 
-  from attnlab import config as config_lib
-  from attnlab import data, optim, steps, train
-  from attnlab.models import PAD_ID
+  from attnlab import data
+  from attnlab.config import run as config_lib
   from attnlab.models.factory import build_model
+  from attnlab.tokens import PAD_ID
+  from attnlab.train import loop as train
+  from attnlab.train import optim, steps
 
   base = task_config('g2p')
   cfg = config_lib.parse(base)

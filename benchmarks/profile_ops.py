@@ -29,8 +29,8 @@ import tempfile
 
 import jax
 
-from attnlab import machine
-from attnlab.parallel import tune_host_allocator
+from attnlab.runtime import machine
+from attnlab.runtime.parallel import tune_host_allocator
 from benchmarks import jax_side, measure, workloads
 
 KINDS = ('matmul', 'elementwise', 'copy', 'gather/scatter/slice', 'loop', 'other')

@@ -105,7 +105,7 @@ def markdown(result: dict) -> str:
     'fresh process running 3 training steps '
     'and one beam batch, above its RSS after imports (attnlab: includes XLA compilation). '
     'Load = 1-minute load average during the training repetitions. Host allocator tuned '
-    f'(attnlab.parallel.tune_host_allocator): {result["allocator_tuned"]}.\n\n',
+    f'(attnlab.runtime.parallel.tune_host_allocator): {result["allocator_tuned"]}.\n\n',
     HEADER,
   ]
   lines += [_table_row(r) for r in result['rows']]

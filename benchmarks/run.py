@@ -24,8 +24,8 @@ import time
 import jax
 import numpy as np
 
-from attnlab.machine import default_machine_name
-from attnlab.parallel import tune_host_allocator
+from attnlab.runtime.machine import default_machine_name
+from attnlab.runtime.parallel import tune_host_allocator
 from benchmarks import compile_check, jax_side, measure, memory, report, workloads
 
 try:
@@ -179,7 +179,7 @@ def main(argv=None) -> dict:
   parser.add_argument(
     '--default-allocator',
     action='store_true',
-    help='keep glibc malloc defaults (no attnlab.parallel.tune_host_allocator)',
+    help='keep glibc malloc defaults (no attnlab.runtime.parallel.tune_host_allocator)',
   )
   args = parser.parse_args(argv)
   tuned = False if args.default_allocator else tune_host_allocator()

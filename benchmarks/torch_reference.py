@@ -4,17 +4,17 @@ Benchmark-only (optional dependency: the CPU wheel `torch==2.13.0`). Each model 
 Flax parameters (`load_flax_params`), so both frameworks run literally the same network on the
 same batches; `benchmarks.run` checks the logits agree before timing anything.
 
-RNN (`TorchSeq2Seq`), DESIGN.md section 1: embedding + bidirectional `nn.LSTM` over a packed
-batch (H/2 units per direction), a dense tanh bridge, then the attentional decoder as a Python
-loop over `nn.LSTMCell` steps (bahdanau, luong with input feeding). Luong without input feeding
-has no step-to-step dependency outside the LSTM, so it runs `nn.LSTM` over the whole target and
-attends once for all steps: the fastest honest way in PyTorch. Source keys (W_a h, W_k h) are
-projected once per batch and W_o is applied to all steps at once, as OpenNMT-py does.
+RNN (`TorchSeq2Seq`, docs/design.md, Attention): embedding + bidirectional `nn.LSTM` over a
+packed batch (H/2 units per direction), a dense tanh bridge, then the attentional decoder as a
+Python loop over `nn.LSTMCell` steps (bahdanau, luong with input feeding). Luong without input
+feeding has no step-to-step dependency outside the LSTM, so it runs `nn.LSTM` over the whole
+target and attends once for all steps: the fastest honest way in PyTorch. Source keys (W_a h,
+W_k h) are projected once per batch and W_o is applied to all steps at once, as OpenNMT-py does.
 
 Transformer: benchmarks/torch_transformer.py.
 
-Search (`greedy`, `beam`) follows attnlab/search.py: batched over rows (and beams), never emits
-PAD or BOS, stops once every row is done; beam search keeps finished hypotheses in their own
+Search (`greedy`, `beam`) follows attnlab/decoding/search.py: batched over rows (and beams), never
+emits PAD or BOS, stops once every row is done; beam search keeps finished hypotheses in their own
 set and ranks them with the GNMT length penalty. Everything runs under
 `torch.inference_mode()`.
 """
@@ -226,7 +226,7 @@ def make_train_step(model: nn.Module, *, learning_rate: float = 3e-3, clip_norm:
 
 
 def _log_probs(logits: torch.Tensor) -> torch.Tensor:
-  """Like attnlab.search.next_token_log_probs: PAD and BOS are never emitted."""
+  """Like attnlab.decoding.search.next_token_log_probs: PAD and BOS are never emitted."""
   logits = logits.clone()
   logits[:, [PAD_ID, BOS_ID]] = NEG_INF
   return torch.log_softmax(logits, -1)
@@ -269,7 +269,8 @@ def beam(
   beam_size: int = 5,
   length_penalty: float = 0.6,
 ) -> torch.Tensor:
-  """attnlab/search.py's beam search (2W candidates, finished set, GNMT penalty), batched."""
+  """attnlab/decoding/search.py's beam search (2W candidates, finished set, GNMT penalty),
+  batched."""
   model.eval()
   B, W = src.shape[0], beam_size
   memory, state = model.start(src)

@@ -19,10 +19,11 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from attnlab import config as config_lib
+from attnlab.config import run as config_lib
 from attnlab.data import batching
 from attnlab.data.pipeline import padded_length
-from attnlab.models import EOS_ID, NUM_SPECIAL_TOKENS, PAD_ID, matmul
+from attnlab.models import matmul
+from attnlab.tokens import EOS_ID, NUM_SPECIAL_TOKENS, PAD_ID
 from configs import base
 
 SOURCE_VOCAB, TARGET_VOCAB = 30, 45

@@ -16,7 +16,7 @@ n/a and not timed. Takes ~2-4 minutes on 2 cores (12 compiles of ~5-10 s, 7 x 4 
   .venv/bin/python -m benchmarks.xla_options --list
 
 Compiler options need `jit(...).lower(...).compile(compiler_options=...)`, so this uses the
-shard_map (jax.jit) step of attnlab.parallel.DataParallel on one device; `benchmarks.run`
+shard_map (jax.jit) step of attnlab.runtime.parallel.DataParallel on one device; `benchmarks.run`
 times the pmap step (the same per-device function). Environment-level knobs (XLA_FLAGS,
 ONEDNN_*, TENSORFLOW_USE_CUSTOM_CONTRACTION_KERNEL) are read once per process: compare two
 runs, each with its own baseline row. Background and results: benchmarks/OPTIMISATIONS.md
@@ -34,8 +34,8 @@ import subprocess
 import sys
 import time
 
-from attnlab import machine  # noqa: E402
-from attnlab.parallel import tune_host_allocator  # noqa: E402
+from attnlab.runtime import machine  # noqa: E402
+from attnlab.runtime.parallel import tune_host_allocator  # noqa: E402
 
 ALLOCATOR_TUNED = tune_host_allocator()  # before JAX starts its threads, as benchmarks.run does
 

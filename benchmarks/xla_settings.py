@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attnlab import machine
+from attnlab.runtime import machine
 from benchmarks import workloads
 
 BF16_ISA = ('amx_bf16', 'avx512_bf16')  # YNNPACK's fast bf16 dot kernels need one of these

@@ -1,8 +1,8 @@
 """Every default of attnlab, documented in one place.
 
 Task files (`configs/<task>.py`) start from `get_config()` here and change what differs.
-Every group maps one-to-one onto a frozen dataclass in `attnlab/config.py` (the `model` group's
-in `attnlab/model_config.py`), so a misspelled key or an invalid choice fails before anything is
+Every group maps one-to-one onto a frozen dataclass in `attnlab/config/run.py` (the `model` group's
+in `attnlab/config/model.py`), so a misspelled key or an invalid choice fails before anything is
 compiled.
 
 Batch semantics: `data.global_batch_size` is the number of examples in one optimiser step,
@@ -114,7 +114,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.train.eval_every = 500  # steps between evaluations (and heatmaps); the last step always
   c.train.checkpoint_every = 500  # steps between checkpoints; the last step always
   c.train.keep_checkpoints = 3  # rolling latest checkpoints; the best one is kept apart
-  # Model selection on the eval split (attnlab/selection.py): the metric, or auto = the task's
+  # Model selection on the eval split (attnlab/train/selection.py): the metric, or auto = the task's
   # (G2P wer, translation bleu, else sequence_accuracy); the test split uses the best step.
   c.train.select_metric = 'auto'
   c.train.patience = 0  # stop after this many evaluations without improvement (0 = never)

@@ -1,18 +1,18 @@
-"""Trial sizes shared by the converged ablations (issue 15): one definition of each.
+"""Trial sizes shared by the converged ablations: one definition of each.
 
 Every trial trains until its eval metric has converged: model selection on eval
 (train.select_metric auto: G2P WER, translation BLEU, sequence accuracy on synthetic tasks), the
 best checkpoint tested. The learning rate follows `optim.schedule=plateau` (`PLATEAU`): constant
 after warmup, halved after each evaluation without improvement, and the trial stops after 3
 evaluations in a row without one (so at least two cuts have not helped) or when a fifth cut
-would take it below 1/16 of the peak, as Bahdanau et al. and Luong et al. trained. Without that
-floor the measured G2P trial never stopped: 0.01-0.1-point gains at 1/32-1/64 of the peak kept
+would take it below 1/16 of the peak, as Bahdanau et al. and Luong et al. trained. The floor
+is what stops a G2P trial: without it 0.01-0.1-point gains at 1/32-1/64 of the peak keep
 resetting the patience until the step cap (dot x luong, seed 0: best eval WER 30.26% at step
 18,000 after four cuts, 30.13% at 23,000 after six). A cosine schedule cannot show convergence:
-its learning rate falls until the last step, and the measured runs (results/g2p, results/bible)
-still gained 0.8-1.5 points in their last quarter. `train.num_steps` is only a cap. The report
-checks the issue's criterion per trial (attnlab/reporting/convergence.py: early stop, or < 0.3
-points over the last quarter).
+its learning rate falls until the last step, and the runs of results/g2p and results/bible
+still gain 0.8-1.5 points in their last quarter. `train.num_steps` is only a cap. The report
+checks the convergence criterion per trial (attnlab/reporting/convergence.py: early stop, or
+< 0.3 points over the last quarter).
 
 Sized for 2 CPU cores running one single-threaded trial per core
 (XLA_FLAGS=--xla_cpu_multi_thread_eigen=false, --parallel=2); on an accelerator raise the
@@ -29,19 +29,18 @@ PLATEAU = {
 }
 
 # Sequences of 5-40 symbols (copy, reverse): long enough for the bottleneck to show.
-# The no-attention decoders learn these slowly and their eval accuracy is noisy: under PLATEAU
-# with 500 eval sequences (sequence accuracy's std ~2 points at 0.7) single dips of 1-3 points
-# cut the learning rate while the trend still rose ~2 points per 1,000 steps, and the floor
-# ended copy (no attention, seed 0) at 0.73 after gaining 9.6 points over its last quarter,
-# reverse at 0.44 after 5.4. So: 2,000 eval and test sequences (std ~1 point, ~250 per length
-# bucket of the test curves), a cut only after 2 evaluations without improvement, a stop after
-# 4 (each cut gets 2 evaluations to help), and a cap the slow learners can plateau under.
-# Under those the no-attention decoders still gained at every cut down to PLATEAU's floor
-# (seed 0, best eval accuracy per learning rate x1 ... x1/16: reverse none 0.49, 0.67, 0.79,
-# 0.88, 0.91; reverse fixed 0.51, 0.65, 0.75, 0.82, 0.87) and the floor ended them 3-5 points
-# above the level before: a floor of 1/1024 leaves the stop to train.patience (two cuts that
-# did not help); the trials that ended at 1/16 train on from their checkpoints
-# (attnlab/sweeps/trial_dirs.py LIMITS).
+# The no-attention decoders learn these slowly and their eval accuracy is noisy: with 500 eval
+# sequences (sequence accuracy's std ~2 points at 0.7) single dips of 1-3 points cut the
+# learning rate while the trend still rises ~2 points per 1,000 steps, and PLATEAU's floor ends
+# copy (no attention, seed 0) at 0.73 after gaining 9.6 points over its last quarter, reverse
+# at 0.44 after 5.4. Hence 2,000 eval and test sequences (std ~1 point, ~250 per length bucket
+# of the test curves), a cut only after 2 evaluations without improvement, a stop after 4 (each
+# cut gets 2 evaluations to help), and a cap the slow learners can plateau under.
+# The floor is 1/1024, not PLATEAU's 1/16: the no-attention decoders gain at every cut down to
+# 1/16 (seed 0, best eval accuracy per learning rate x1 ... x1/16: reverse none 0.49, 0.67,
+# 0.79, 0.88, 0.91; reverse fixed 0.51, 0.65, 0.75, 0.82, 0.87), so the stop is left to
+# train.patience (two cuts that did not help). A trial that ended at a higher floor trains on
+# from its checkpoints (attnlab/sweeps/trial_dirs.py LIMITS).
 LONG_SYNTHETIC = {
   'task.train_lengths': (5, 40),
   'task.eval_lengths': (5, 40),
@@ -58,21 +57,23 @@ LONG_SYNTHETIC = {
   'train.checkpoint_every': 500,
 }
 
-# configs/g2p.py (token batching, beam-5 selection and test on the full eval and test sets;
-# dropout 0.3 and float32 pinned as the first trials ran) at half width (H=128) and one
-# encoder layer, without the recipe's label smoothing (the ablations compare the papers'
-# cross-entropy training): with the recipe's 2-layer encoder a single-threaded trial ran at
-# ~6 steps/s, which put score_timing's 27 trials at ~8 h on 2 cores for 12,000 steps.
+# configs/g2p.py (token batching, beam-5 selection and test on the full eval and test sets) at
+# half width (H=128) and one encoder layer, without the recipe's label smoothing (the ablations
+# compare the papers' cross-entropy training), dropout 0.3 and float32 pinned so that every
+# trial trains alike whatever the recipe uses. With the recipe's 2-layer encoder a
+# single-threaded trial runs at ~6 steps/s: ~8 h on 2 cores for score_timing's 27 trials of
+# 12,000 steps.
 G2P_RNN = {
   'model.dtype': 'float32',  # whatever the recipe computes in: the ablations stay in float32
-  'model.dropout': 0.3,  # as the first trials ran, whatever the recipe's dropout becomes
+  'model.dropout': 0.3,  # every trial alike, whatever the recipe's dropout
   'model.hidden_size': 128,
   'model.encoder_layers': 1,
   'train.label_smoothing': 0.0,
   **PLATEAU,
-  # A cap, not a length: dot x luong (seed 0) still gained 0.89 points of eval WER over the
-  # last quarter of a 24,000-step cap, one cut above the floor. Trials run under 24,000 train
-  # on from their checkpoints; those that stopped early stand (attnlab/sweeps/trial_dirs.py).
+  # A cap, not a length, above 24,000: under a 24,000-step cap dot x luong (seed 0) still gains
+  # 0.89 points of eval WER over the last quarter, one cut above the floor. A trial that ran to
+  # a lower cap trains on from its checkpoints; one that stopped early stands
+  # (attnlab/sweeps/trial_dirs.py).
   'train.num_steps': 40_000,
   'train.eval_every': 1_000,
   'train.checkpoint_every': 1_000,
@@ -91,15 +92,15 @@ G2P_TRANSFORMER = {
   'optim.warmup_steps': 1_000,
   'train.label_smoothing': 0.0,
   **PLATEAU,
-  # PLATEAU's floor stopped the Transformer still gaining: 1 and 2 heads (seed 0) improved eval
-  # WER 0.4-0.7 points at 1/8 and 0.1-0.6 at 1/16 of the peak and moved 1.0 and 1.1 points over
-  # their last quarter (the report's convergence table), where the G2P RNN gained 0.01-0.1. So the
-  # stop is left to train.patience, as for LONG_SYNTHETIC; trials that ended at the floor train
-  # on from their checkpoints (attnlab/sweeps/trial_dirs.py).
+  # Not PLATEAU's floor: at 1/16 the Transformer still gains. 1 and 2 heads (seed 0) improve
+  # eval WER 0.4-0.7 points at 1/8 and 0.1-0.6 at 1/16 of the peak and move 1.0 and 1.1 points
+  # over their last quarter (the report's convergence table), where the G2P RNN gains 0.01-0.1.
+  # So the stop is left to train.patience, as for LONG_SYNTHETIC; a trial that ended at a
+  # higher floor trains on from its checkpoints (attnlab/sweeps/trial_dirs.py).
   'optim.plateau_min_scale': 1 / 1024,
-  # A cap, not a length: under 24,000 the 2-head trial (seed 0) reached the cap still gaining
-  # (eval WER 33.12% -> 32.02% over the last quarter, at 1/8 of the peak learning rate), so it
-  # was not converged. Trials that ran to the old cap train on from their checkpoints
+  # A cap, not a length, above 24,000: under a 24,000-step cap the 2-head trial (seed 0) reaches
+  # the cap still gaining (eval WER 33.12% -> 32.02% over the last quarter, at 1/8 of the peak
+  # learning rate), unconverged. A trial that ran to a lower cap trains on from its checkpoints
   # (attnlab/sweeps/trial_dirs.py).
   'train.num_steps': 40_000,
   'train.eval_every': 1_000,
@@ -107,19 +108,17 @@ G2P_TRANSFORMER = {
 }
 
 # configs/bible.py with the plateau schedule at half width (encoder 2 x 64, decoder 128): 5.7
-# steps/s on one core of the AMD EPYC Zen 4 (single-threaded, 600 steps after the ~3 min of
+# steps/s on one CPU core (AMD EPYC Zen 4, single-threaded, 600 steps after the ~3 min of
 # compiling its 16 padded shapes), 2.5x the full width's 2.3, at which a converged trial takes
-# 80-110 min and no Bible experiment fits in 4 hours. Trials take over 30 min: 2 seeds (the
-# issue's rule). A cap, not a length: under a 12,000-step cap the first bottleneck trial (no
-# attention, seed 0) still gained 0.7 eval BLEU over its last quarter (6.0 -> 6.7, never a
-# plateau cut) and Bahdanau concat ~1 BLEU per 1,000 steps at 7,000, so neither converged.
-# Trials that ran to the old cap train on from their checkpoints (attnlab/sweeps/trial_dirs.py).
-# Under 24,000 Bahdanau concat (seed 0) reached the cap at the learning-rate floor still gaining
-# (eval BLEU 30.41 -> 30.93 over the last quarter, a new best at the last evaluation), so the cap
-# was 32,000: the floor's stop rule ends such a trial within a few evaluations of its last gain.
-# Under 32,000 dot x Bahdanau (score_timing_bible, seed 1) reached the cap at the floor still
-# gaining (eval BLEU 30.77 -> 31.34 over the last quarter, a new best at the last evaluation),
-# so the cap is 48,000; every other Bible trial had stopped early, at 13,000-27,000.
+# 80-110 min and no Bible experiment fits in 4 hours. Trials take over 30 min: 2 seeds
+# (LONG_TRIAL_SEEDS). A cap, not a length: the floor's stop rule ends a trial within a few
+# evaluations of its last gain, and every Bible trial but the slowest stops early, at
+# 13,000-27,000 steps. Lower caps cut trials that still gain: under 12,000 no attention (seed 0;
+# eval BLEU 6.0 -> 6.7 over the last quarter, never a plateau cut) and Bahdanau concat (~1 BLEU
+# per 1,000 steps at 7,000); under 24,000 Bahdanau concat (seed 0; 30.41 -> 30.93, a new best at
+# the last evaluation); under 32,000 dot x Bahdanau (score_timing_bible, seed 1; 30.77 -> 31.34,
+# a new best at the last evaluation). A trial that ran to a lower cap trains on from its
+# checkpoints (attnlab/sweeps/trial_dirs.py).
 BIBLE_SMALL = {
   **PLATEAU,
   'train.num_steps': 48_000,
@@ -127,14 +126,14 @@ BIBLE_SMALL = {
   'model.embed_dim': 64,
 }
 SEEDS = (0, 1, 2)
-# The issue's rule: 3 seeds, 2 where a trial takes over 30 min on one core (the Bible trials:
-# 67-161 CPU-min; the G2P Transformer: 1 head, seed 0 stopped at 21,000 steps under PLATEAU's
-# floor after 37 CPU-min, 40 min of wall, Intel Xeon, two single-threaded trials on 2 cores).
+# 3 seeds, 2 where a trial takes over 30 min on one core (the Bible trials: 67-161 CPU-min; the
+# G2P Transformer: 1 head, seed 0, stops at 21,000 steps under PLATEAU's floor after 37 CPU-min,
+# 40 min of wall with two single-threaded trials on 2 cores).
 LONG_TRIAL_SEEDS = SEEDS[:2]
 
-# configs/g2p.py as the 1,000-step trials of experiments/learning_speed/ ran (before token
-# batching, the 2-layer encoder, dropout 0.3 then 0.2 again, label smoothing and bfloat16):
-# those experiments pin it so that a rerun repeats them.
+# configs/g2p.py with the settings of experiments/learning_speed/'s 1,000-step trials (example
+# batching, one encoder layer, dropout 0.2, float32, no label smoothing): those experiments pin
+# them so that a rerun repeats results/learning_speed/ whatever the recipe becomes.
 G2P_LEARNING_SPEED_BASE = {
   'data.batching': 'examples',
   'model.encoder_layers': 1,

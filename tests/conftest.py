@@ -45,8 +45,8 @@ def model_config(*, attention=None, transformer=None, **fields):
   """The validated `model` group of configs/base.py with `fields` (and the nested `attention` /
   `transformer` keys) replaced: the one way tests build a ModelConfig, so defaults stay in
   configs/base.py."""
-  from attnlab import config_fields
-  from attnlab.model_config import ModelConfig
+  from attnlab.config import fields as config_fields
+  from attnlab.config.model import ModelConfig
   from configs import base
 
   group = base.get_config().model
@@ -76,7 +76,7 @@ def tiny_reverse_run(tmp_path_factory):
   """A reverse:smoke run (4 steps) trained once per session, for tests that read a trained
   run (decode, evaluate); sources of 3-6 symbols, so one padded shape compiles. Read it only
   (re-evaluations go to its evaluations/ folder)."""
-  from attnlab import train
+  from attnlab.train import loop as train
   from configs import reverse
 
   config = reverse.get_config('smoke')
@@ -159,7 +159,7 @@ def _compiled_programs_do_not_pile_up():
 
   XLA:CPU maps every live executable's code in hundreds of mappings; a process at
   vm.max_map_count dies in native code (a segfault in the next compilation or cache read), so a
-  leak of compiled programs (attnlab.parallel._pmap has the one found) fails here, by name.
+  leak of compiled programs (attnlab.runtime.parallel._pmap has the one found) fails here, by name.
   """
   yield
   count, limit = memory_mappings()

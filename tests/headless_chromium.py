@@ -4,7 +4,7 @@
 Importing this module skips the importing test module, saying which, when chromium,
 chromedriver (Debian: chromium, chromium-driver) or selenium is missing, and fails it under CI
 (conftest.require); .ci/run installs the Debian packages. `save_screenshot` writes into docs/
-(the README's pictures) when ATTNLAB_UPDATE_SCREENSHOTS=1, else into the test's tmp_path.
+(the docs' pictures) when ATTNLAB_UPDATE_SCREENSHOTS=1, else into the test's tmp_path.
 """
 
 import contextlib

@@ -9,7 +9,7 @@ import jax
 import numpy as np
 
 from attnlab import data
-from attnlab.evaluate import Evaluator
+from attnlab.train.evaluation import Evaluator
 from configs import reverse
 
 REPO = os.path.join(os.path.dirname(__file__), '..')

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from conftest import model_config
 
-from attnlab.config import ConfigError
+from attnlab.config.fields import ConfigError
 from attnlab.models import attention, scoring
 
 B, T, S, H, N = 2, 4, 6, 8, 2

@@ -10,8 +10,7 @@ import numpy as np
 import optax
 import pytest
 
-from attnlab import config as config_lib
-from attnlab import steps
+from attnlab.config import run as config_lib
 from attnlab.data import TrainBatches, Vocab, load_task, train_batches
 from attnlab.data.batching import (
   TokenSchedule,
@@ -20,8 +19,9 @@ from attnlab.data.batching import (
   rows_per_shape,
   token_schedule,
 )
-from attnlab.models import BOS_ID, PAD_ID
-from attnlab.parallel import DataParallel
+from attnlab.runtime.parallel import DataParallel
+from attnlab.tokens import BOS_ID, PAD_ID
+from attnlab.train import steps
 from configs.base import get_config
 
 LETTERS = 'abcdefghijklmnopqrstuvwxyz'
@@ -329,7 +329,7 @@ def test_gradient_is_the_global_token_mean_whatever_the_rows():
 def test_a_token_batched_run_trains_and_resumes_at_its_data_position(tmp_path):
   from smoke_runs import smoke_config
 
-  from attnlab import train
+  from attnlab.train import loop as train
 
   config = smoke_config(**{'train.num_steps': 2, 'data.batching': 'tokens',
                            'data.tokens_per_batch': 160, 'data.num_buckets': 2})

@@ -18,9 +18,9 @@ from conftest import require
 from jax import lax
 
 from attnlab.data import batching
-from attnlab.models import PAD_ID
 from attnlab.models.factory import build_model
-from attnlab.steps import decoder_input
+from attnlab.tokens import PAD_ID
+from attnlab.train.steps import decoder_input
 from benchmarks import flops, workloads
 
 TORCH = 'torch (the PyTorch reference of benchmarks/)'
@@ -176,7 +176,7 @@ def test_flop_counter_multiplies_scan_bodies():
 
 
 def test_machine_name_tells_cpu_kinds_apart():
-  from attnlab.machine import machine_name
+  from attnlab.runtime.machine import machine_name
 
   def cpu(name, family, model, flags):
     return {'model name': name, 'cpu family': family, 'model': model, 'flags': flags}

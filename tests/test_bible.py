@@ -11,7 +11,7 @@ import os
 import pytest
 from conftest import require
 
-from attnlab import config as config_lib
+from attnlab.config import run as config_lib
 from attnlab.data import bible, osis
 from attnlab.data.tasks import DataError
 from configs import bible as bible_config
@@ -215,8 +215,8 @@ def test_smoke_config_trains_and_reports_bleu_by_length(tmp_path, monkeypatch):
 
   import sacrebleu
 
-  from attnlab import train
   from attnlab.data import tasks
+  from attnlab.train import loop as train
 
   small = lambda config: bible.build_task(config, books=('Ruth', 'Jonah', 'Nah'))
   monkeypatch.setitem(tasks.BUILDERS, 'bible', small)

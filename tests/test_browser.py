@@ -2,7 +2,7 @@
 
 It sorts a table by clicking headers, hovers a heatmap cell and reads the tooltip, checks that
 the page loaded nothing and logged no error, and saves a screenshot: into docs/report_html.png
-(the README's picture) when ATTNLAB_UPDATE_SCREENSHOTS=1, else into the test's tmp_path.
+(docs/running.md's picture) when ATTNLAB_UPDATE_SCREENSHOTS=1, else into the test's tmp_path.
 Skipped, saying which, when chromium, chromedriver (Debian: chromium, chromium-driver) or
 selenium is missing, and failed under CI (CI=true); .ci/run installs the Debian packages.
 """

@@ -12,7 +12,11 @@ import optax
 import pytest
 
 import attnlab
-from attnlab.checkpoint import Checkpointer, MissingCheckpointError, UnreadableCheckpointError
+from attnlab.rundir.checkpoint import (
+    Checkpointer,
+    MissingCheckpointError,
+    UnreadableCheckpointError,
+)
 
 
 def _state(seed: float):

@@ -1,11 +1,11 @@
-"""The persistent compilation cache of attnlab's commands (attnlab/compilation_cache.py): one
-folder per CPU instruction set, the user's JAX_COMPILATION_CACHE_DIR first, programs on disk."""
+"""The persistent compilation cache of attnlab's commands (attnlab/runtime/compilation_cache.py):
+one folder per CPU instruction set, the user's JAX_COMPILATION_CACHE_DIR first, programs on disk."""
 
 import os
 import subprocess
 import sys
 
-from attnlab import compilation_cache
+from attnlab.runtime import compilation_cache
 
 ZEN4 = 'processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse2 avx2 avx512f\n\n'
 

@@ -6,8 +6,9 @@ import os
 
 import pytest
 
-from attnlab import config as config_lib
-from attnlab import model_config, search
+from attnlab.config import model as model_config
+from attnlab.config import run as config_lib
+from attnlab.config.run import SEARCH_METHODS
 from attnlab.models import attention, decoder, factory, recurrent, scoring
 from configs import base
 
@@ -64,7 +65,7 @@ def _choices(registry) -> str:
     ('optim.plateau_patience', 0, 'optim.plateau_patience=0 must be a positive integer'),
     ('optim.plateau_min_scale', 1.0, r'optim.plateau_min_scale=1.0 must be in \[0, 1\)'),
     ('parallel.mode', 'pjit', 'choose from pmap, shard_map'),
-    ('eval.search', 'sample', _choices(search.METHODS)),
+    ('eval.search', 'sample', _choices(SEARCH_METHODS)),
     ('model.hidden_size', 0, 'model.hidden_size=0 must be a positive integer'),
     ('model.dropout', 1.5, r'model.dropout=1.5 must be in \[0, 1\)'),
 ])

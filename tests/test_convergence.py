@@ -12,7 +12,7 @@ import os
 import pytest
 from test_report import _name, make_sweep
 
-from attnlab import selection
+from attnlab import metrics
 from attnlab.reporting import convergence, plots, sweep_results
 from attnlab.reporting import sweep_report as report
 from attnlab.reporting.convergence import (
@@ -28,7 +28,7 @@ def _final(metric, best_step, last, *, tested=None, stopped_early=False, patienc
   chosen = {
     'split': 'eval',
     'metric': metric,
-    'mode': selection.DIRECTIONS[metric],
+    'mode': metrics.DIRECTIONS[metric],
     'best_step': best_step,
     'best_value': None,
     'patience': patience,
@@ -195,7 +195,7 @@ def test_a_resumed_run_keeps_the_last_row_per_step():
 
 
 def test_every_selection_metric_has_a_point_scale():
-  assert set(convergence.POINTS_PER_UNIT) == set(selection.DIRECTIONS)
+  assert set(convergence.POINTS_PER_UNIT) == set(metrics.DIRECTIONS)
 
 
 def test_run_line():

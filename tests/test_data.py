@@ -7,10 +7,10 @@ import string
 
 import pytest
 
-from attnlab import config as config_lib
+from attnlab.config import run as config_lib
 from attnlab.data import DataError, SyntheticTask, Vocab, load_task, synthetic, tasks
 from attnlab.data.synthetic import TASKS
-from attnlab.models import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from attnlab.tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from configs.base import get_config
 
 

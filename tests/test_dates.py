@@ -141,7 +141,7 @@ def test_accuracy_by_locale_and_format():
 
 
 def test_config_variants_parse():
-  from attnlab import config as config_lib
+  from attnlab.config import run as config_lib
   from configs import dates as dates_config
 
   assert config_lib.parse(dates_config.get_config()).task.name == 'dates'
@@ -151,7 +151,7 @@ def test_config_variants_parse():
 
 
 def test_smoke_config_trains_and_reports_per_locale_accuracy(tmp_path):
-  from attnlab import train
+  from attnlab.train import loop as train
   from configs import dates as dates_config
 
   c = dates_config.get_config('smoke')

@@ -20,8 +20,10 @@ import numpy as np
 import pytest
 
 import attnlab
-from attnlab import decode, runs, train
+from attnlab import decode
+from attnlab.decoding import runs
 from attnlab.errors import UserError
+from attnlab.train import loop as train
 from configs import reverse
 
 REPO = os.path.join(os.path.dirname(__file__), '..')
@@ -123,7 +125,7 @@ def test_api_returns_attention_and_per_head_weights_that_average_to_it(transform
 def test_per_head_weights_of_a_multi_head_rnn_average_to_the_searched_attention():
   import jax
 
-  from attnlab import config as config_lib
+  from attnlab.config import run as config_lib
   from attnlab.data import load_task
   from attnlab.models.factory import build_model
 

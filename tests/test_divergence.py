@@ -7,8 +7,9 @@ import os
 import pytest
 from smoke_runs import run_cli, smoke_config
 
-from attnlab import divergence, steps, train
-from attnlab import workdir as workdir_lib
+from attnlab.rundir import layout
+from attnlab.train import divergence, steps
+from attnlab.train import loop as train
 
 
 def test_the_reference_starts_at_a_uniform_guess():
@@ -43,7 +44,7 @@ def test_a_run_diverging_in_its_first_window_stops_there(tmp_path, learning_rate
   assert 'as no logged loss was lower' in lines[0]
   assert 'no checkpoint was saved before it (the first is due at step 2)' in lines[0]
   assert 'good checkpoint' not in lines[0]
-  assert workdir_lib.saved_steps(run_dir) == []
+  assert layout.saved_steps(run_dir) == []
   assert not os.path.exists(os.path.join(run_dir, 'final_metrics.json'))
 
 
@@ -51,7 +52,7 @@ def test_a_normal_run_is_not_stopped(tmp_path):
   config = smoke_config(**{'train.num_steps': 6, 'train.log_every': 1, 'train.eval_every': 6})
   final = train.train_and_evaluate(config, str(tmp_path / 'run'))
   assert final['test']['num_examples'] == 48
-  assert workdir_lib.saved_steps(str(tmp_path / 'run')) == [2, 4, 6]
+  assert layout.saved_steps(str(tmp_path / 'run')) == [2, 4, 6]
 
 
 def test_a_checkpoint_saved_above_the_threshold_is_not_called_good(tmp_path, monkeypatch):
@@ -67,7 +68,7 @@ def test_a_checkpoint_saved_above_the_threshold_is_not_called_good(tmp_path, mon
   monkeypatch.setattr(steps, 'train_step', runaway)
   run_dir = str(tmp_path / 'run')
   train.train_and_evaluate(smoke_config(**{'train.divergence_factor': 0.0}), run_dir)
-  assert workdir_lib.saved_steps(run_dir) == [2, 4]
+  assert layout.saved_steps(run_dir) == [2, 4]
   with pytest.raises(train.DivergenceError) as stopped:
     train.train_and_evaluate(smoke_config(**{'train.num_steps': 8}), run_dir,
                              allow_config_change=('train.num_steps', 'train.divergence_factor'))

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from conftest import model_config
 
-from attnlab.config import ConfigError
-from attnlab.model_config import ModelConfig
+from attnlab.config.fields import ConfigError
+from attnlab.config.model import ModelConfig
 from attnlab.models import encoder, recurrent
 from attnlab.models.encoder import Bridge, RNNEncoder
 

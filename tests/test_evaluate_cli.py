@@ -14,11 +14,12 @@ import sys
 import pytest
 from smoke_runs import smoke_config
 
-from attnlab import config as config_lib
 from attnlab import evaluate
-from attnlab.config import ConfigError
+from attnlab.config import run as config_lib
+from attnlab.config.fields import ConfigError
 from attnlab.data import load_task
-from attnlab.runs import read_config
+from attnlab.decoding.runs import read_config
+from attnlab.train import evaluation
 
 REPO = os.path.join(os.path.dirname(__file__), '..')
 ENV = {**os.environ, 'XLA_FLAGS': '--xla_force_host_platform_device_count=1'}
@@ -75,12 +76,12 @@ def test_predictions_hold_source_reference_and_hypothesis_text(run_dir):
 def test_samples_are_a_fixed_random_subset_of_the_split(run_dir):
   text = _read(os.path.join(run_dir, 'samples', 'eval_step0000004.txt'))
   shown = [int(i) for i in re.findall(r'^(?:ok |ERR) #(\d+)$', text, flags=re.M)]
-  expected = evaluate.sample_positions(48, 4, seed=0, split='eval')
+  expected = evaluation.sample_positions(48, 4, seed=0, split='eval')
   assert shown == expected and len(shown) == 4
   assert shown != [0, 1, 2, 3], 'a random subset, not the first lines'
-  assert evaluate.sample_positions(48, 4, seed=0, split='eval') == expected  # fixed
-  assert evaluate.sample_positions(48, 4, seed=0, split='test') != expected
-  assert evaluate.sample_positions(3, 4, seed=0, split='eval') == [0, 1, 2]
+  assert evaluation.sample_positions(48, 4, seed=0, split='eval') == expected  # fixed
+  assert evaluation.sample_positions(48, 4, seed=0, split='test') != expected
+  assert evaluation.sample_positions(3, 4, seed=0, split='eval') == [0, 1, 2]
 
 
 def test_long_decoding_prints_progress_lines(run_dir, capsys):
@@ -181,11 +182,11 @@ def test_a_run_that_cannot_be_written_is_refused_before_decoding(run_dir, tmp_pa
 
 
 def test_heatmap_titles_name_the_reference_of_a_wrong_output():
-  assert evaluate.heatmap_title('test', 0, 24000, True, 'P AO R T EY L') == (
+  assert evaluation.heatmap_title('test', 0, 24000, True, 'P AO R T EY L') == (
     'test #0 step 24000 (correct)'
   )
-  assert evaluate.heatmap_title('test', 0, 24000, False, 'P AO R T EY L') == (
+  assert evaluation.heatmap_title('test', 0, 24000, False, 'P AO R T EY L') == (
     'test #0 step 24000 (wrong)\nreference: P AO R T EY L'
   )
-  long = evaluate.heatmap_title('eval', 3, 5, False, 'x' * 60, width=20)
+  long = evaluation.heatmap_title('eval', 3, 5, False, 'x' * 60, width=20)
   assert long == 'eval #3 step 5 (wrong)\nreference: ' + 'x' * 17 + '...'

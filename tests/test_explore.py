@@ -24,9 +24,10 @@ import jax
 import numpy as np
 import pytest
 
-from attnlab import config as config_lib
-from attnlab import explore, inference, runs
+from attnlab.config import run as config_lib
 from attnlab.data import load_task
+from attnlab.decoding import inference, runs
+from attnlab.explore import server as explore
 from attnlab.models.factory import build_model
 from configs import reverse
 

@@ -26,7 +26,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select, WebDriverWait
 from test_explore import random_run
 
-from attnlab import explore
+from attnlab.explore import server as explore
 from configs import reverse
 
 REPO = os.path.join(os.path.dirname(__file__), '..')

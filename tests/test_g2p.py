@@ -9,7 +9,7 @@ import pytest
 from attnlab.data import cmudict_g2p
 from attnlab.data.tasks import Task
 from attnlab.data.vocab import Vocab
-from attnlab.models import EOS_ID
+from attnlab.tokens import EOS_ID
 from configs import base, g2p
 
 SPLITS = ('train', 'validation', 'test')
@@ -133,7 +133,7 @@ def test_wer_per_with_several_references():
 
 
 def test_config_variants_parse():
-  from attnlab import config as config_lib
+  from attnlab.config import run as config_lib
 
   assert config_lib.parse(g2p.get_config()).eval.search == 'beam'
   assert config_lib.parse(g2p.get_config('stress')).task.keep_stress
@@ -142,8 +142,8 @@ def test_config_variants_parse():
 
 
 def test_smoke_config_trains_and_reports_wer_per(tmp_path, monkeypatch):
-  from attnlab import train
   from attnlab.data import tasks
+  from attnlab.train import loop as train
 
   small = lambda config: cmudict_g2p.build_task(config, max_words=2000)
   monkeypatch.setitem(tasks.BUILDERS, 'cmudict_g2p', small)

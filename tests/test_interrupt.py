@@ -8,7 +8,9 @@ import sys
 import pytest
 from smoke_runs import smoke_config
 
-from attnlab import data, interrupt, train
+from attnlab import data
+from attnlab.runtime import interrupt
+from attnlab.train import loop as train
 
 
 @pytest.fixture

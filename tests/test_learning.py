@@ -9,7 +9,7 @@ The budget has margin: on a Zen 3 Luong reached 0.993 at 300 and 400 steps and 1
 
 import pytest
 
-from attnlab import train
+from attnlab.train import loop as train
 from configs import reverse
 
 STEPS = 600

@@ -1,12 +1,12 @@
-"""attnlab/losses.py against the textbook form (log_softmax, take_along_axis, argmax), a float64
-numpy reference of the smoothed cross-entropy, and its gradient derived by hand."""
+"""attnlab/train/losses.py against the textbook form (log_softmax, take_along_axis, argmax), a
+float64 numpy reference of the smoothed cross-entropy, and its gradient derived by hand."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from attnlab import losses
+from attnlab.train import losses
 
 B, T, V = 3, 5, 11
 

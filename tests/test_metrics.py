@@ -238,8 +238,8 @@ def test_alignment_error_rate_counts_a_step_attending_nowhere_as_a_miss():
 def test_local_m_decoding_past_the_source_goes_through_evaluation(tmp_path):
   """The real evaluation path (attnlab.evaluate): a local_m model that never emits EOS decodes
   12 steps from sources of 3-4 tokens (+EOS), so its late steps see no key in the window."""
-  from attnlab import train
-  from attnlab.models import EOS_ID
+  from attnlab.tokens import EOS_ID
+  from attnlab.train import loop as train
   from configs import reverse
 
   config = reverse.get_config('smoke')

@@ -21,7 +21,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from attnlab import distributed
+from attnlab.runtime import distributed
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TIMEOUT_S = 240  # per launch; a healthy one takes 20-90 s on two busy CPU cores

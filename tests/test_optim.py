@@ -9,7 +9,8 @@ import numpy as np
 import optax
 import pytest
 
-from attnlab import config, optim
+from attnlab.config import run as config
+from attnlab.train import optim
 from configs import base
 
 

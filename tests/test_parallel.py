@@ -9,10 +9,12 @@ import numpy as np
 import optax
 import pytest
 
-from attnlab import config as config_lib
-from attnlab import data, steps, train
+from attnlab import data
+from attnlab.config import run as config_lib
 from attnlab.models.factory import build_model
-from attnlab.parallel import DataParallel
+from attnlab.runtime.parallel import DataParallel
+from attnlab.train import loop as train
+from attnlab.train import steps
 from configs import reverse
 
 NUM_STEPS = 3
@@ -66,7 +68,7 @@ def test_eight_devices_equal_one_device(kind):
 def test_a_dropped_step_lets_go_of_its_compiled_programs(mode):
   # JAX keeps a pmapped function's programs for as long as the function lives; one that stayed
   # after the caller dropped it would hold its executables' memory mappings for the process's
-  # life (attnlab.parallel._pmap says why that kills long processes).
+  # life (attnlab.runtime.parallel._pmap says why that kills long processes).
   def sum_step(scale, batch, *, axis_name):
     return {'sum': jax.lax.psum(jnp.sum(batch['x']) * scale, axis_name)}
 
@@ -103,7 +105,7 @@ def test_batch_not_divisible_by_devices_is_rejected():
 
 
 def test_host_allocator_tuned_only_for_cpu_runs(monkeypatch):
-  from attnlab import parallel
+  from attnlab.runtime import parallel
 
   calls = []
 

@@ -8,8 +8,8 @@ import sys
 import pytest
 import sacrebleu
 
-from attnlab import config as config_lib
 from attnlab import errors, metrics
+from attnlab.config import run as config_lib
 from attnlab.data import load_task, parallel_text, translation
 from attnlab.data.sentencepiece_vocab import (
   SentencePieceVocab,
@@ -18,7 +18,7 @@ from attnlab.data.sentencepiece_vocab import (
 )
 from attnlab.data.tasks import DataError
 from attnlab.data.vocab import Vocab
-from attnlab.models import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from attnlab.tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from configs import parallel_text as parallel_text_config
 
 PAIRS = [

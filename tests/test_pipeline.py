@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from attnlab import config as config_lib
+from attnlab.config import run as config_lib
 from attnlab.data import (
   TrainBatches,
   Vocab,
@@ -16,7 +16,7 @@ from attnlab.data import (
   load_task,
   train_batches,
 )
-from attnlab.models import EOS_ID, PAD_ID
+from attnlab.tokens import EOS_ID, PAD_ID
 from configs.base import get_config
 
 LETTERS = 'abcdefghijklmnopqrstuvwxyz'

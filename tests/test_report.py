@@ -8,7 +8,7 @@ import shutil
 import numpy as np
 import pytest
 
-from attnlab.reporting import heatmaps
+from attnlab.decoding import heatmaps
 from attnlab.reporting import sweep_report as report
 from attnlab.sweeps.trials import SweepError
 
@@ -46,7 +46,7 @@ LAST_STEP = 8  # trained steps; eval every 2, flat after FINAL_STEP: every trial
 # recorded (its line has none) and timing=none has no run_times.jsonl at all.
 CPU = {('luong', 0): (30.0, 40.0), ('luong', 1): (50.0,), ('bahdanau', 0): (90.0,),
        ('bahdanau', 1): (None,)}
-# The machine each process run named (attnlab/machine.py); the bahdanau runs named none.
+# The machine each process run named (attnlab/runtime/machine.py); the bahdanau runs named none.
 MACHINE = {('luong', 0): 'amd-epyc-f25m17-avx512-2cpu', ('luong', 1): 'intel-xeon-f6m167-amx-2cpu'}
 
 

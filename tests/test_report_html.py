@@ -17,6 +17,7 @@ from absl import flags
 from absl.testing import flagsaver
 from test_report import FINAL_STEP, _name, make_sweep
 
+from attnlab import report as report_command
 from attnlab.reporting import html, html_heatmaps, run_report
 from attnlab.reporting import sweep_report as report
 
@@ -281,7 +282,7 @@ def test_saved_pngs_stand_in_without_weights(tmp_path):
 def test_report_main_writes_and_prints_the_page(tmp_path, capsys):
   root = make_sweep(str(tmp_path))
   with flagsaver.flagsaver():
-    report.main(flags.FLAGS(['report', root]))
+    report_command.main(flags.FLAGS(['report', root]))
   assert capsys.readouterr().out.split() == [
     os.path.join(root, 'results.md'),
     os.path.join(root, 'report.html'),

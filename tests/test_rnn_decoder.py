@@ -1,4 +1,4 @@
-"""The attentional RNN decoder against a NumPy reference written from DESIGN.md section 1.
+"""The attentional RNN decoder against a NumPy reference written from docs/design.md, Attention.
 
 The reference re-derives two decoder steps from the module's parameters only (its own LSTM /
 GRU gate equations in flax's parameter layout, its own scores, masked softmax and readout), so
@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from conftest import model_config
 
-from attnlab.config import ConfigError
-from attnlab.model_config import ModelConfig
+from attnlab.config.fields import ConfigError
+from attnlab.config.model import ModelConfig
 from attnlab.models import decoder
 from attnlab.models.seq2seq import Seq2Seq
 
@@ -108,7 +108,7 @@ def attend(e_BxS, valid_BxS, enc_BxSxH):
 
 
 def reference(config, params, memory, tokens_BxT):
-  """Logits BxTxV and weights BxTxS of the decoder, from the DESIGN.md formulas."""
+  """Logits BxTxV and weights BxTxS of the decoder, from the docs/design.md formulas."""
   to64 = lambda tree: jax.tree.map(lambda a: np.asarray(a, np.float64), tree)
   p, memory = to64(params['decoder']), to64(memory)
   att = config.attention

@@ -10,8 +10,10 @@ from absl import flags
 from absl.testing import flagsaver
 from smoke_runs import run_cli
 
-from attnlab import train
-from attnlab.reporting import heatmaps, run_report
+from attnlab import run_report as run_report_command
+from attnlab.decoding import heatmaps
+from attnlab.reporting import run_report
+from attnlab.train import loop as train
 
 COMMAND = 'python -m attnlab.main --config=configs/g2p.py --workdir=runs/g2p-final'
 TEST = {
@@ -144,7 +146,7 @@ def test_main_with_flags_and_nothing_recorded(run_dir, tmp_path):
   out = tmp_path / 'out'
   with flagsaver.flagsaver():
     argv = flags.FLAGS(['run_report', str(run_dir), f'--out={out}', '--wall_s=90'])
-    run_report.main(argv)
+    run_report_command.main(argv)
   text = (out / 'README.md').read_text()
   assert '- Wall time: 1m30s (90 s, from --wall_s)' in text
   assert '# cmudict_g2p: config file not recorded' in text
@@ -177,7 +179,7 @@ def test_missing_final_metrics_names_the_file(run_dir, tmp_path):
   with pytest.raises(ValueError, match=re.escape(str(run_dir / 'final_metrics.json'))):
     run_report.write_run_report(str(run_dir), str(out))
   with flagsaver.flagsaver(), pytest.raises(run_report.RunReportError, match='json not found'):
-    run_report.main(flags.FLAGS(['run_report', str(run_dir), f'--out={out}']))
+    run_report_command.main(flags.FLAGS(['run_report', str(run_dir), f'--out={out}']))
   assert not out.exists()
 
 
@@ -207,7 +209,7 @@ def test_translation_reports_bleu_by_source_length_in_words(tmp_path):
   lines, xlabel, ylabel = run_report._length_lines({'test': test, 'eval': test}, ['test', 'eval'])
   assert (xlabel, ylabel) == ('source length (words)', 'BLEU')
   assert [points for *_, points in lines] == [[('0-9', 26.3324), ('50+', 35.1945)]] * 2
-  assert run_report.plot_by_length(str(tmp_path / 'b.png'), {'test': test}, ['test'])
+  assert run_report.plot_run_by_length(str(tmp_path / 'b.png'), {'test': test}, ['test'])
   assert os.path.getsize(tmp_path / 'b.png') > 3000
 
 

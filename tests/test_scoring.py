@@ -1,4 +1,4 @@
-"""The score registry against NumPy formulas written from DESIGN.md section 1."""
+"""The score registry against NumPy formulas written from docs/design.md, Attention."""
 
 import os
 import subprocess
@@ -11,7 +11,7 @@ import pytest
 from conftest import model_config
 from jax.ad_checkpoint import print_saved_residuals
 
-from attnlab.config import ConfigError
+from attnlab.config.fields import ConfigError
 from attnlab.models import attention, scoring
 
 B, T, S, H = 2, 3, 5, 6
@@ -194,8 +194,8 @@ def test_config_validation_accepts_exactly_the_registry():
 
 
 def test_importing_the_config_module_does_not_import_jax():
-  # Sweeps and launchers read attnlab.config; the registries (and JAX) load on first validation.
-  code = 'import sys, attnlab.config; assert "jax" not in sys.modules, "jax imported"'
+  # Sweeps and launchers read attnlab.config.run; the registries (and JAX) load on first validation.
+  code = 'import sys, attnlab.config.run; assert "jax" not in sys.modules, "jax imported"'
   subprocess.run([sys.executable, '-c', code], check=True, cwd=os.path.dirname(__file__))
 
 

@@ -16,12 +16,17 @@ import numpy as np
 import pytest
 from conftest import model_config
 
-from attnlab import search
-from attnlab.models import BOS_ID, EOS_ID, PAD_ID
+from attnlab.decoding import search
 from attnlab.models.seq2seq import Seq2Seq
 from attnlab.models.transformer import Transformer
+from attnlab.tokens import BOS_ID, EOS_ID, PAD_ID
 
 V, S, T = 5, 3, 4  # tokens PAD, BOS, EOS and two symbols; source length; max_length
+
+
+def beam_search(step_fn, init_carry, **kwargs):
+  """The best finished hypothesis of each row, as evaluation reads beam search's n-best."""
+  return search.beam_search_nbest(step_fn, init_carry, **kwargs).best()
 
 
 def _table(seed, batch, eos_bias=0.0):
@@ -52,7 +57,7 @@ def _init_carry(batch):
 
 @functools.partial(jax.jit, static_argnames=('beam_size', 'alpha', 'max_length'))
 def _beam(table, *, beam_size, alpha, max_length=T):
-  return search.beam_search(
+  return beam_search(
     _toy_step_fn(table),
     _init_carry(table.shape[0]),
     batch_size=table.shape[0],
@@ -311,7 +316,7 @@ def test_eos_ends_a_hypothesis_and_padding_follows(beam_size):
 def test_jit_with_traced_carry_and_expand_to_beams_layout():
   table = jnp.asarray(_table(5, batch=2))
   run = jax.jit(
-    lambda carry: search.beam_search(
+    lambda carry: beam_search(
       _toy_step_fn(table), carry, batch_size=2, beam_size=2, max_length=T
     )
   )
@@ -321,7 +326,7 @@ def test_jit_with_traced_carry_and_expand_to_beams_layout():
   tiled = search.expand_to_beams({'x': jnp.array([[1, 2], [3, 4]])}, 3)
   np.testing.assert_array_equal(tiled['x'][:, 0], [1, 1, 1, 3, 3, 3])
   with pytest.raises(ValueError, match='beam_size=0'):
-    search.beam_search(_toy_step_fn(table), _init_carry(2), batch_size=2, beam_size=0, max_length=T)
+    beam_search(_toy_step_fn(table), _init_carry(2), batch_size=2, beam_size=0, max_length=T)
 
 
 # ---- real models -----------------------------------------------------------------------------
@@ -338,7 +343,7 @@ def _model_search(model, variables, src_BxS, max_length):
     kw = dict(batch_size=src_BxS.shape[0], max_length=max_length)
     if beam_size == 0:
       return search.greedy_search(step_fn, carry, **kw)
-    return search.beam_search(step_fn, carry, beam_size=beam_size, **kw)
+    return beam_search(step_fn, carry, beam_size=beam_size, **kw)
 
   return jax.jit(run, static_argnums=0)
 

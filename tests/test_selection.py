@@ -8,7 +8,11 @@ import numpy as np
 import pytest
 from smoke_runs import die_before_step, script_eval_metric, smoke_config
 
-from attnlab import checkpoint, config, errors, selection, train
+from attnlab import errors
+from attnlab.config import run as config
+from attnlab.rundir import checkpoint
+from attnlab.train import loop as train
+from attnlab.train import selection
 from configs import base
 
 # The eval metric peaks at step 3 of 6 (then a lower local maximum at 6).

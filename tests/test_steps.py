@@ -6,8 +6,8 @@ import math
 import numpy as np
 import pytest
 
-from attnlab import steps
-from attnlab.models import BOS_ID, PAD_ID
+from attnlab.tokens import BOS_ID, PAD_ID
+from attnlab.train import steps
 
 LN2, LN3, LN5 = math.log(2), math.log(3), math.log(5)
 

@@ -14,9 +14,9 @@ import time
 import pytest
 from conftest import GRID, parse_command_line, write_experiment
 
-from attnlab import workdir as workdir_lib
-from attnlab.config import ConfigError
-from attnlab.sweeps import command as sweep
+from attnlab import sweep
+from attnlab.config.fields import ConfigError
+from attnlab.rundir import layout
 from attnlab.sweeps import runner as sweep_runner
 from attnlab.sweeps import trial_dirs, trials
 from attnlab.sweeps.trials import SweepError, Trial
@@ -190,7 +190,7 @@ def test_the_time_of_a_trial_killed_with_its_sweep_is_kept(tmp_path, fake_python
                                         'host': socket.gethostname(), 'wall_s': 100.0})
   killed = {'first_step': 0, 'last_step': 1200, 'wall_s': 600.0, 'outcome': 'killed',
             'finished_at': '2026-12-01T23:00:00+00:00'}
-  with open(os.path.join(directory, workdir_lib.RUN_IN_PROGRESS), 'w') as f:
+  with open(os.path.join(directory, layout.RUN_IN_PROGRESS), 'w') as f:
     json.dump(killed, f)
   runner = sweep_runner.LocalRunner(workdir, {trial.name: 4}, python=fake_python, out=out)
   assert runner.run([trial]) == {'seed=0': 'finished'}
@@ -198,9 +198,9 @@ def test_the_time_of_a_trial_killed_with_its_sweep_is_kept(tmp_path, fake_python
           'step 1200 after 10m00s)') in out.getvalue()
   status = sweep_runner.read_status(directory)
   assert status['attempts'] == 2 and 700.0 < status['wall_s'] < 800.0
-  with open(os.path.join(directory, workdir_lib.RUN_TIMES)) as f:
+  with open(os.path.join(directory, layout.RUN_TIMES)) as f:
     assert [json.loads(line) for line in f] == [killed]
-  assert not os.path.exists(os.path.join(directory, workdir_lib.RUN_IN_PROGRESS))
+  assert not os.path.exists(os.path.join(directory, layout.RUN_IN_PROGRESS))
 
 
 def test_a_directory_of_another_config_is_not_reused(tmp_path):
@@ -223,10 +223,10 @@ def test_pinning_the_value_a_trial_ran_with_is_not_a_change(tmp_path):
   directory = str(tmp_path / trial.name)
   sweep_runner.write_status(directory, {'config': SMOKE, 'overrides': {'seed': 0}})
   pinned = Trial(trial.name, SMOKE, {'seed': 0}, {'model.dropout': 0.3})
-  with open(os.path.join(directory, workdir_lib.CONFIG_FILE), 'w') as f:
+  with open(os.path.join(directory, layout.CONFIG_FILE), 'w') as f:
     json.dump({'seed': 0, 'model': {'dropout': 0.3}}, f)
   trial_dirs.check_same_trial(directory, pinned)
-  with open(os.path.join(directory, workdir_lib.CONFIG_FILE), 'w') as f:
+  with open(os.path.join(directory, layout.CONFIG_FILE), 'w') as f:
     json.dump({'seed': 0, 'model': {'dropout': 0.2}}, f)
   with pytest.raises(SweepError, match=r'\(model.dropout \(unset\) -> 0.3\)'):
     trial_dirs.check_same_trial(directory, pinned)
@@ -242,10 +242,11 @@ def test_error_summary_finds_the_exception_line():
     'I1129 12:00:00 train.py:1] Error handling later',
     'Traceback (most recent call last):',
     '  File "x.py", line 1',
-    'attnlab.config.ConfigError: model.kind=1 is not valid',
+    'attnlab.config.fields.ConfigError: model.kind=1 is not valid',
     'I1129 12:00:01 checkpoint.py:2] closing',
   ]
-  assert sweep_runner.error_summary(tail) == 'attnlab.config.ConfigError: model.kind=1 is not valid'
+  expected = 'attnlab.config.fields.ConfigError: model.kind=1 is not valid'
+  assert sweep_runner.error_summary(tail) == expected
   assert sweep_runner.error_summary(['', 'just the last line']) == 'just the last line'
 
 
@@ -334,7 +335,7 @@ def test_a_real_sweep_runs_reports_and_skips_finished_trials(tmp_path, monkeypat
   # The archive holds the finished trials without checkpoints, and the same report from them.
   for name in names:
     assert trial_dirs.trial_state(os.path.join(archive, name)) == 'finished'
-    assert not os.path.exists(os.path.join(archive, name, workdir_lib.CHECKPOINTS))
+    assert not os.path.exists(os.path.join(archive, name, layout.CHECKPOINTS))
   kept_report = open(os.path.join(archive, 'results.md')).read()
   assert '| score=dot † | 2/2 | 0/2 (2 undecided) |' in kept_report
   assert os.path.getsize(os.path.join(archive, 'plots', 'reverse-smoke-attention.png')) > 3000

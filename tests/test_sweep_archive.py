@@ -5,14 +5,18 @@ import io
 import json
 import os
 import re
+import shutil
 
 import pytest
+from test_report import make_sweep
 
-from attnlab import console
+from attnlab import sweep
+from attnlab.reporting import sweep_report
+from attnlab.rundir import layout
 from attnlab.sweeps import archive as archive_lib
-from attnlab.sweeps import command as sweep
 from attnlab.sweeps import runner as sweep_runner
 from attnlab.sweeps import trial_dirs
+from attnlab.sweeps import trials as trials_lib
 from attnlab.sweeps.trials import MANIFEST, SweepError, Trial
 
 SMOKE = 'configs/reverse.py:smoke'
@@ -42,18 +46,23 @@ def test_a_finished_trial_is_archived_without_checkpoints(tmp_path, fake_python)
   runner = sweep_runner.LocalRunner(
     workdir, {t.name: 4 for t in runs}, archive=archive, poll=0.02, python=fake_python, out=out
   )
-  # What training also leaves: the archive keeps the test split's outputs only.
+  # What training also leaves: the archive keeps what the reports read, the test split's
+  # predictions and the tested step's (4) attention weights, large text files compressed.
   written = (
-    console.LOG_FILE,
+    layout.LOG_FILE,
     'tensorboard/eval/events.out.tfevents.123.host',
+    'source_vocab.json',
+    'target_vocab.json',
     'predictions_eval.jsonl',
     'predictions_test.jsonl',
     'attention/eval_step0000002.npz',
     'attention/eval_step0000002_ex0.png',
     'attention/test_step0000002.npz',
     'attention/test_step0000002_ex0.png',
+    'attention/test_step0000004.npz',
+    'attention/test_step0000004_ex0.png',
     'samples/eval_step0000002.txt',
-    'samples/test_step0000002.txt',
+    'samples/test_step0000004.txt',
   )
   for name in ('seed=0', 'seed=13'):
     for path in written:
@@ -64,15 +73,16 @@ def test_a_finished_trial_is_archived_without_checkpoints(tmp_path, fake_python)
   kept = os.path.join(archive, 'seed=0')
   assert os.path.isdir(os.path.join(workdir, 'seed=0', 'checkpoints', '2'))
   assert _files(kept) == [
-    'attention/test_step0000002.npz',
-    'attention/test_step0000002_ex0.png',
+    'attention/test_step0000004.npz',
     'final_metrics.json',
-    'metrics.jsonl',
-    'predictions_test.jsonl',
-    'samples/test_step0000002.txt',
-    sweep_runner.LOG_FILE,
+    'metrics.jsonl.gz',
+    'predictions_test.jsonl.gz',
+    sweep_runner.LOG_FILE + '.gz',
     trial_dirs.STATUS_FILE,
   ]
+  with layout.open_text(os.path.join(kept, 'predictions_test.jsonl')) as f:
+    assert f.read() == 'output\n'
+  assert list(trial_dirs.metric_events(kept)) == [{'step': 2, 'split': 'train'}]
   assert trial_dirs.read_status(kept)['status'] == 'finished'  # the final status, not 'running'
   assert not os.path.exists(os.path.join(archive, 'seed=13'))  # failed: nothing to keep
   assert f'[archived] seed=0 -> {kept}' in out.getvalue()
@@ -144,6 +154,9 @@ def test_the_sweep_command_skips_what_the_archive_holds(tmp_path, fake_python):
   assert f'archive {archive}: 2 finished trials restored, 0 archived' in out.getvalue()
   assert '2 trials, 2 finished (skipped), 0 to run, 0 invalid' in out.getvalue()
   assert '[start]' not in out.getvalue()
+  # Restored as the archive keeps them: compact, and finished.
+  assert os.path.isfile(os.path.join(workdir, 'seed=1', 'metrics.jsonl.gz'))
+  assert not os.path.exists(os.path.join(workdir, 'seed=1', 'metrics.jsonl'))
   with open(os.path.join(archive, MANIFEST)) as f:
     assert [t['name'] for t in json.load(f)['trials']] == ['seed=0', 'seed=1']
 
@@ -177,3 +190,62 @@ def test_another_experiments_folder_is_refused_before_anything_is_written(tmp_pa
                          python=fake_python) == 0
   assert sweep.run_sweep(str(first), workdir, archive=archive, report=False, out=io.StringIO(),
                          python=fake_python) == 0
+
+
+def _bytes(directory, names):
+  out = {}
+  for name in names:
+    with open(os.path.join(directory, name), 'rb') as f:
+      out[name] = f.read()
+  return out
+
+
+REPORT_FILES = ('results.md', 'results.csv', 'report.html', 'plots/reverse-attention.png')
+
+
+def test_a_restored_archive_reports_as_the_trials_it_was_made_from(tmp_path):
+  """A finished sweep archived (compact: gzip-compressed text, no samples, vocabularies or
+  heatmap PNGs), restored into a fresh workdir as `make ablations` does on a fresh checkout,
+  and reported: the same results.md, results.csv, report.html and plots, from the archive and
+  from the restored workdir, as from the trials themselves; archiving again changes no byte."""
+  trained = make_sweep(str(tmp_path / 'trained'))
+  _, trials = trials_lib.read_manifest(trained)
+  # A failed trial is not archived: only the finished ones are compared.
+  shutil.rmtree(os.path.join(trained, 'timing=none,seed=1'))
+  finished = [t for t in trials if trial_dirs.trial_state(os.path.join(trained, t.name))
+              == 'finished']
+  for trial in finished:  # what the runner and training leave beside what make_sweep wrote
+    directory = os.path.join(trained, trial.name)
+    trial_dirs.write_status(directory, {**trial_dirs.read_status(directory),
+                                        **trial_dirs.identity(trial)})
+    attention = ('attention/test_step0000004_ex0.png', 'attention/test_step0000002.npz')
+    for name in ('checkpoints/8/state', 'source_vocab.json', 'samples/test_step0000004.txt',
+                 trial_dirs.LOG_FILE) + (attention * os.path.isdir(directory + '/attention')):
+      os.makedirs(os.path.dirname(os.path.join(directory, name)), exist_ok=True)
+      with open(os.path.join(directory, name), 'w', encoding='utf-8') as f:
+        f.write('début\n')
+  sweep_report.write_report(trained)
+  expected = _bytes(trained, REPORT_FILES)
+
+  archive = str(tmp_path / 'results' / 'toy')
+  archive_lib.copy_manifest(trained, archive)
+  for trial in finished:
+    archive_lib.archive_trial(trained, archive, trial)
+  kept = _files(archive)
+  assert not [n for n in kept if n.endswith(('.png', '.txt', 'vocab.json', 'metrics.jsonl',
+                                             'predictions_test.jsonl', 'step0000002.npz'))]
+  assert 'timing=luong,seed=0/metrics.jsonl.gz' in kept
+  assert 'timing=luong,seed=0/attention/test_step0000004.npz' in kept
+  before = _bytes(archive, kept)
+  for trial in finished:  # again, from the workdir and from the archive itself: the same bytes
+    archive_lib.archive_trial(trained, archive, trial)
+    archive_lib.replace_tree(os.path.join(archive, trial.name), os.path.join(archive, trial.name))
+  assert _bytes(archive, _files(archive)) == before
+
+  fresh = str(tmp_path / 'runs' / 'toy')
+  assert archive_lib.sync(fresh, archive, trials) == ([t.name for t in finished], [], [])
+  assert archive_lib.sync(fresh, archive, trials) == ([], [], [])  # finished: nothing to do
+  archive_lib.copy_manifest(trained, fresh)  # the sweep writes its manifest into its workdir
+  for directory in (archive, fresh):
+    sweep_report.write_report(directory)
+    assert _bytes(directory, REPORT_FILES) == expected, directory

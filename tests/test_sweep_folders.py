@@ -11,7 +11,7 @@ import pytest
 from conftest import write_experiment
 from smoke_runs import run_cli
 
-from attnlab.sweeps import command as sweep
+from attnlab import sweep
 from attnlab.sweeps import trial_dirs, trials
 from attnlab.sweeps.trials import MANIFEST, SweepError
 

@@ -1,7 +1,7 @@
 """Relaxing an experiment's stopping limits under a sweep that has run (trial_dirs.LIMITS): a
 raised step cap (train.num_steps) or a lowered learning-rate floor (optim.plateau_min_scale).
 Trials that ended otherwise are kept, the others train on from their checkpoints
-(trial_dirs.relax_limits), and an archived trial that ended at an old limit is not restored as
+(trial_dirs.relax_trial), and an archived trial that ended at an old limit is not restored as
 finished."""
 
 import io
@@ -10,9 +10,9 @@ import os
 
 import pytest
 
-from attnlab import workdir as workdir_lib
+from attnlab import sweep
+from attnlab.rundir import layout
 from attnlab.sweeps import archive as archive_lib
-from attnlab.sweeps import command as sweep
 from attnlab.sweeps import runner as sweep_runner
 from attnlab.sweeps import trial_dirs, trials
 from attnlab.sweeps.trials import SweepError, Trial
@@ -46,11 +46,11 @@ def _ran(directory, cap: int, *, ended: str | None, checkpoints=(), seed: int = 
       f.write(json.dumps({'step': step, 'split': 'train', 'loss': 1.0}) + '\n')
       f.write(json.dumps({'step': step, 'split': 'eval', 'sequence_accuracy': 0.5}) + '\n')
   trial_dirs.write_status(directory, status)
-  with open(os.path.join(directory, workdir_lib.CONFIG_FILE), 'w') as f:
+  with open(os.path.join(directory, layout.CONFIG_FILE), 'w') as f:
     json.dump({'seed': seed, 'train': {'num_steps': cap},
                'optim': {'plateau_min_scale': floor}}, f)
   for step in checkpoints:
-    os.makedirs(os.path.join(directory, workdir_lib.CHECKPOINTS, str(step)))
+    os.makedirs(os.path.join(directory, layout.CHECKPOINTS, str(step)))
   return trial
 
 
@@ -99,7 +99,7 @@ def test_a_finished_trial_trains_on_only_when_it_ended_at_a_relaxed_limit(
   _ran(directory, 20, ended=ended, checkpoints=(8, 16))
   trial = _trial(cap, floor=floor)
   relaxed = trial_dirs.check_same_trial(directory, trial)
-  assert trial_dirs.relax_limits(directory, trial, relaxed) == ('kept' if kept else 'extended')
+  assert trial_dirs.relax_trial(directory, trial, relaxed) == ('kept' if kept else 'extended')
   assert trial_dirs.check_same_trial(directory, trial) is None  # settled
   assert trial_dirs.read_status(directory)['relaxed_from'] == relaxed
   if kept:
@@ -119,7 +119,7 @@ def test_a_trial_that_ended_at_a_limit_without_checkpoints_is_refused(tmp_path):
   directory = str(tmp_path / 'seed=0')
   _ran(directory, 20, ended='floor')
   with pytest.raises(SweepError, match='ended at the learning-rate floor and has no checkpoint'):
-    trial_dirs.relax_limits(directory, _trial(20, floor=0.125), {FLOOR: 0.25})
+    trial_dirs.relax_trial(directory, _trial(20, floor=0.125), {FLOOR: 0.25})
   assert trial_dirs.trial_state(directory) == 'finished'  # nothing changed
 
 
@@ -128,7 +128,7 @@ def test_the_runner_resumes_an_interrupted_trial_under_the_relaxed_limits(tmp_pa
   directory = os.path.join(workdir, 'seed=0')
   _ran(directory, 20, ended=None, checkpoints=(10,))
   trial = _trial(40, floor=0.125)
-  assert trial_dirs.relax_limits(directory, trial, {'train.num_steps': 20, FLOOR: 0.25}) == (
+  assert trial_dirs.relax_trial(directory, trial, {'train.num_steps': 20, FLOOR: 0.25}) == (
     'extended')
   runner = sweep_runner.LocalRunner(
     workdir, {trial.name: 40}, poll=0.02, python=fake_python, out=io.StringIO()

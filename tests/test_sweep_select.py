@@ -8,7 +8,7 @@ import os
 import pytest
 from conftest import GRID, write_experiment
 
-from attnlab.sweeps import command as sweep
+from attnlab import sweep
 from attnlab.sweeps import trial_dirs
 from attnlab.sweeps.trials import SweepError
 

@@ -7,9 +7,9 @@ import os
 import threading
 import time
 
-from attnlab import workdir as workdir_lib
+from attnlab import sweep
+from attnlab.rundir import layout
 from attnlab.sweeps import claims, shared, trial_dirs
-from attnlab.sweeps import command as sweep
 from attnlab.sweeps import runner as sweep_runner
 from attnlab.sweeps import trials as trials_lib
 from attnlab.sweeps.trials import Trial
@@ -32,7 +32,7 @@ def _finished_donor(archive, name, overrides, fixed):
   trial = Trial(name, SMOKE, overrides, fixed)
   directory = trial_dirs.trial_dir(archive, trial)
   os.makedirs(directory)
-  with open(os.path.join(directory, workdir_lib.CONFIG_FILE), 'w') as f:
+  with open(os.path.join(directory, layout.CONFIG_FILE), 'w') as f:
     f.write(trials_lib.trial_config(trial).to_json_best_effort(indent=2, sort_keys=True))
   with open(os.path.join(directory, trial_dirs.FINAL_FILE), 'w') as f:
     json.dump(DONOR_RESULT, f)

@@ -15,8 +15,8 @@ from concurrent import futures
 import pytest
 from conftest import write_experiment
 
+from attnlab import sweep
 from attnlab.sweeps import claims, trial_dirs
-from attnlab.sweeps import command as sweep
 from attnlab.sweeps import runner as sweep_runner
 from attnlab.sweeps import trials as trials_lib
 

@@ -13,9 +13,12 @@ import numpy as np
 import pytest
 from smoke_runs import die_before_step, run_cli, smoke_config
 
-from attnlab import checkpoint, config, console, divergence, machine, steps, train
-from attnlab import workdir as workdir_lib
-from attnlab.evaluate import Evaluator
+from attnlab.config import run as config
+from attnlab.rundir import checkpoint, console, layout, run_times
+from attnlab.runtime import machine
+from attnlab.train import divergence, steps
+from attnlab.train import loop as train
+from attnlab.train.evaluation import Evaluator
 
 LIBRARY_LOG_LINE = re.compile(r'^[IWEF]\d{4} \d\d:\d\d:\d\d', re.MULTILINE)  # absl's prefix
 
@@ -74,11 +77,11 @@ def test_a_killed_process_keeps_its_wall_time(tmp_path, monkeypatch):
                            'train.log_every': 1, 'train.eval_every': 6})
   workdir = str(tmp_path / 'run')
   die_before_step(monkeypatch, 4)
-  monkeypatch.setattr(workdir_lib.RunTimeRecord, 'close', lambda self, step, outcome: None)
+  monkeypatch.setattr(run_times.RunTimeRecord, 'close', lambda self, step, outcome: None)
   with pytest.raises(KeyboardInterrupt):
     train.train_and_evaluate(config, workdir)
   assert not os.path.exists(os.path.join(workdir, train.RUN_TIMES))
-  with open(os.path.join(workdir, workdir_lib.RUN_IN_PROGRESS)) as f:
+  with open(os.path.join(workdir, layout.RUN_IN_PROGRESS)) as f:
     left = json.load(f)
   # Step 3's log line is fetched only after step 4 is dispatched, which the kill prevented.
   assert (left['first_step'], left['last_step'], left['outcome']) == (0, 2, 'killed')
@@ -89,7 +92,7 @@ def test_a_killed_process_keeps_its_wall_time(tmp_path, monkeypatch):
   assert times[0] == left
   assert [(t['first_step'], t['last_step'], t['outcome']) for t in times] == [
     (0, 2, 'killed'), (2, 6, 'finished')]
-  assert not os.path.exists(os.path.join(workdir, workdir_lib.RUN_IN_PROGRESS))
+  assert not os.path.exists(os.path.join(workdir, layout.RUN_IN_PROGRESS))
 
 
 def test_logged_learning_rate_is_the_one_the_update_used(tmp_path):

@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 from conftest import model_config
 
-from attnlab.config import ConfigError
-from attnlab.models import BOS_ID, EOS_ID, PAD_ID, factory, transformer
+from attnlab.config.fields import ConfigError
+from attnlab.models import factory, transformer
 from attnlab.models.transformer import Transformer, sinusoidal_positions
+from attnlab.tokens import BOS_ID, EOS_ID, PAD_ID
 
 SRC_V, TGT_V, H = 11, 13, 16
 SRC = jnp.array([[5, 6, 7, 8, 9, EOS_ID], [4, 10, EOS_ID, PAD_ID, PAD_ID, PAD_ID]])

@@ -7,11 +7,11 @@ import pytest
 import sacrebleu
 import tensorflow_datasets as tfds
 
-from attnlab import config as config_lib
-from attnlab import train
+from attnlab.config import run as config_lib
 from attnlab.data import load_task
 from attnlab.data.sentencepiece_vocab import SentencePieceVocab, load_vocab
 from attnlab.data.tasks import DataError
+from attnlab.train import loop as train
 from configs import wmt14_de_en, wmt14_en_fr
 
 

@@ -9,9 +9,12 @@ import types
 import pytest
 from smoke_runs import run_cli, smoke_config
 
-from attnlab import train, workdir
 from attnlab.data.vocab import Vocab
 from attnlab.errors import UserError
+from attnlab.rundir import layout
+from attnlab.rundir import lock as run_lock
+from attnlab.train import loop as train
+from attnlab.train import resume
 
 
 def _snapshot(directory):
@@ -21,7 +24,7 @@ def _snapshot(directory):
   for root, _, files in os.walk(directory):
     for name in files:
       path = os.path.join(root, name)
-      if path == os.path.join(directory, workdir.LOCK_FILE):
+      if path == os.path.join(directory, layout.LOCK_FILE):
         continue
       with open(path, 'rb') as f:
         out[path] = (f.read(), os.stat(path).st_mtime_ns)
@@ -56,7 +59,7 @@ def test_extending_num_steps_needs_the_flag_and_says_what_the_schedule_does(tmp_
   longer = smoke_config(**common, **{'train.num_steps': 8})
   # Cosine from peak 0.003 to 0, at step 4: over 4 steps p = 1, lr = 0.003 (1 + cos(pi)) / 2 = 0;
   # over 8 steps p = 0.5, lr = 0.003 (1 + cos(pi / 2)) / 2 = 0.0015.
-  with pytest.raises(workdir.WorkdirConfigError) as refused:
+  with pytest.raises(resume.WorkdirConfigError) as refused:
     train.train_and_evaluate(longer, run_dir)
   assert ('train.num_steps: 4 -> 8 (the cosine schedule is rebuilt over 8 steps, so at step 4 '
           'the learning rate jumps from 0 to 0.0015)') in str(refused.value)
@@ -66,30 +69,30 @@ def test_extending_num_steps_needs_the_flag_and_says_what_the_schedule_does(tmp_
   assert json.load(open(os.path.join(run_dir, 'final_metrics.json')))['trained_steps'] == 8
   assert final['test']['num_examples'] == 48
   assert json.load(open(os.path.join(run_dir, 'config.json')))['train']['num_steps'] == 8
-  (change,) = [json.loads(line) for line in open(os.path.join(run_dir, workdir.CONFIG_CHANGES))]
+  (change,) = [json.loads(line) for line in open(os.path.join(run_dir, layout.CONFIG_CHANGES))]
   assert change['step'] == 4 and change['changes'] == {'train.num_steps': [4, 8]}
 
 
 def test_keys_that_cannot_change_are_refused_even_when_named(tmp_path):
   run_dir = str(tmp_path / 'run')
   train.train_and_evaluate(smoke_config(), run_dir)
-  with pytest.raises(workdir.WorkdirConfigError, match=r'model.embed_dim: 8 -> 12 \(cannot '):
+  with pytest.raises(resume.WorkdirConfigError, match=r'model.embed_dim: 8 -> 12 \(cannot '):
     train.train_and_evaluate(smoke_config(**{'model.embed_dim': 12}), run_dir,
                              allow_config_change=('model.embed_dim',))
-  with pytest.raises(workdir.WorkdirConfigError, match='train.num_steps=2 is below the step the '
+  with pytest.raises(resume.WorkdirConfigError, match='train.num_steps=2 is below the step the '
                      r'run reached \(4\)'):
     train.train_and_evaluate(smoke_config(**{'train.num_steps': 2}), run_dir,
                              allow_config_change=('train.num_steps',))
   # Without config.json the config saved in the latest checkpoint is compared.
   os.remove(os.path.join(run_dir, 'config.json'))
-  with pytest.raises(workdir.WorkdirConfigError, match='compared with the latest checkpoint'):
+  with pytest.raises(resume.WorkdirConfigError, match='compared with the latest checkpoint'):
     train.train_and_evaluate(smoke_config(**{'seed': 3}), run_dir)
 
 
 def test_changed_keys_and_keys_attnlab_added_since():
   old = {'seed': 0, 'train': {'num_steps': 4, 'gone': 1}, 'eval': {'splits': ['eval']}}
   new = {'seed': 0, 'train': {'num_steps': 4, 'patience': 0}, 'eval': {'splits': ['eval']}}
-  changes = workdir.changed_keys(old, new)
+  changes = resume.changed_keys(old, new)
   assert changes == {'train.gone': (1, '(absent)'), 'train.patience': ('(absent)', 0)}
 
 
@@ -98,17 +101,17 @@ def test_a_resumed_run_must_build_the_same_vocabularies(tmp_path):
   Vocab.from_symbols('abc').save(tmp_path / 'target_vocab.json')
   same = types.SimpleNamespace(source_vocab=Vocab.from_symbols('abc'),
                                target_vocab=Vocab.from_symbols('abc'))
-  workdir.check_vocabularies(str(tmp_path), same)
+  resume.check_vocabularies(str(tmp_path), same)
   grown = types.SimpleNamespace(source_vocab=Vocab.from_symbols('abcd'),
                                 target_vocab=Vocab.from_symbols('abc'))
-  with pytest.raises(workdir.WorkdirConfigError, match='source_vocab.json differs from the source '
+  with pytest.raises(resume.WorkdirConfigError, match='source_vocab.json differs from the source '
                      r'vocabulary this config builds \(8 ids\): the data changed'):
-    workdir.check_vocabularies(str(tmp_path), grown)
+    resume.check_vocabularies(str(tmp_path), grown)
 
 
 def test_a_key_to_allow_that_is_no_config_key_is_refused(tmp_path):
   run_dir = str(tmp_path / 'run')
-  with pytest.raises(workdir.WorkdirConfigError) as refused:
+  with pytest.raises(resume.WorkdirConfigError) as refused:
     train.train_and_evaluate(smoke_config(), run_dir,
                              allow_config_change=('train.num_steps', 'train.num_step'))
   assert str(refused.value) == (
@@ -117,13 +120,13 @@ def test_a_key_to_allow_that_is_no_config_key_is_refused(tmp_path):
     'train.num_steps, train.eval_every, train.patience, train.divergence_factor, '
     'optim.learning_rate, optim.plateau_min_scale')
   assert not os.path.exists(run_dir)
-  with pytest.raises(workdir.WorkdirConfigError, match="'bogus.key' is not a config key; "):
-    workdir.check_allowed_changes(run_dir, smoke_config(), ('bogus.key',))
+  with pytest.raises(resume.WorkdirConfigError, match="'bogus.key' is not a config key; "):
+    resume.check_allowed_changes(run_dir, smoke_config(), ('bogus.key',))
   # A key that only the run's config.json has (attnlab removed it since) may be named.
   os.makedirs(run_dir)
   with open(os.path.join(run_dir, 'config.json'), 'w') as f:
     json.dump({'train': {'gone': 1}}, f)
-  workdir.check_allowed_changes(run_dir, smoke_config(), ('train.gone', 'train.num_steps'))
+  resume.check_allowed_changes(run_dir, smoke_config(), ('train.gone', 'train.num_steps'))
 
 
 def _refuse_writes_in(monkeypatch, directory, error, *, lock_too):
@@ -133,7 +136,7 @@ def _refuse_writes_in(monkeypatch, directory, error, *, lock_too):
 
   def guarded(path, flags, *args, **kwargs):
     inside = os.path.abspath(os.fspath(path)).startswith(directory)
-    is_lock = os.fspath(path).endswith(workdir.LOCK_FILE)
+    is_lock = os.fspath(path).endswith(layout.LOCK_FILE)
     if inside and flags & (os.O_WRONLY | os.O_RDWR) and (lock_too or not is_lock):
       raise OSError(error, os.strerror(error), os.fspath(path))
     return real_open(path, flags, *args, **kwargs)
@@ -158,5 +161,5 @@ def test_a_finished_run_in_a_read_only_folder_is_one_error(tmp_path, monkeypatch
     'copy the run to a writable folder to resume it, or name another --workdir')
   monkeypatch.undo()
   assert _snapshot(run_dir) == before
-  with workdir.RunLock(run_dir):  # the refused process let go of the lock
+  with run_lock.RunLock(run_dir):  # the refused process let go of the lock
     pass

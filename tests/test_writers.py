@@ -10,8 +10,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from tensorboard.backend.event_processing import event_accumulator
 from tensorboard.compat.proto import event_pb2
 
-from attnlab import writers
-from attnlab.reporting import heatmaps
+from attnlab.decoding import heatmaps
+from attnlab.rundir import writers
 
 PNG_MAGIC = b'\x89PNG\r\n\x1a\n'
 

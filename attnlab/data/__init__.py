@@ -1,4 +1,6 @@
-"""Data: deterministic task sources, vocabularies and grain input pipelines (DESIGN.md section 3).
+"""Data: deterministic task sources, vocabularies and grain input pipelines.
+
+Where data sits in a run: docs/design.md, Data flow.
 
 task = load_task(config)                       # vocabularies + split sources
 train = train_batches(config, task)            # endless, sharded, resumable: get_state()

@@ -25,7 +25,7 @@ import math
 
 import numpy as np
 
-from attnlab.config import ConfigError
+from attnlab.config.fields import ConfigError
 
 BATCHINGS = ('examples', 'tokens')  # data.batching: global_batch_size pairs | token buckets
 # Candidate shapes for the greedy step: the most frequent length pairs, at most this many

@@ -40,13 +40,13 @@ import grain
 import numpy as np
 from absl import logging
 
-from attnlab.config import ConfigError
+from attnlab.config.fields import ConfigError
 from attnlab.data import batching as batching_lib
 from attnlab.data.tasks import Source, Task
 from attnlab.data.vocab import Vocab
-from attnlab.models import PAD_ID
+from attnlab.tokens import PAD_ID
 
-# A ConfigDict or its parsed, validated view `attnlab.config.RunConfig`: read by attribute.
+# A ConfigDict or its parsed, validated view `attnlab.config.run.RunConfig`: read by attribute.
 Config = Any
 
 
@@ -275,10 +275,10 @@ def train_batches(
 ) -> TrainBatches:
   """`TrainBatches` over `task`'s train split, set up from `config.data` and `config.seed`.
 
-  `config` is the ConfigDict or its parsed `attnlab.config` view (same attribute names). The
+  `config` is the ConfigDict or its parsed `attnlab.config.run` view (same attribute names). The
   process index and count default to JAX's (multi-host runs after distributed init);
   `num_devices`, the data-parallel devices of all processes that token batches' rows must
-  divide over, to `parallel.num_devices` or else every device (as attnlab.train picks them).
+  divide over, to `parallel.num_devices` or else every device (as attnlab.train.loop picks them).
   """
   process_index, process_count = _processes(process_index, process_count)
   d = config.data

@@ -33,7 +33,7 @@ import sentencepiece as spm
 
 from attnlab.data.tasks import DataError
 from attnlab.data.vocab import SPECIAL_TOKENS, Vocab
-from attnlab.models import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from attnlab.tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 MODE = 'sentencepiece'
 TRAIN_THREADS = 4  # fixed: SentencePiece's output depends on the number of threads

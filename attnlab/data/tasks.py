@@ -148,7 +148,7 @@ BUILDERS.update({name: functools.partial(_real, module) for name, module in REAL
 def load_task(config: Any) -> Task:
   """Builds the task named by `config.task.name` (reads config.task.* and config.seed).
 
-  `config` is the ConfigDict or its parsed `attnlab.config.RunConfig` (same attribute names).
+  `config` is the ConfigDict or its parsed `attnlab.config.run.RunConfig` (same attribute names).
   """
   name = config.task.name
   if name not in BUILDERS:

@@ -32,6 +32,7 @@ import tensorflow_datasets as tfds
 from tensorflow_datasets.proto import tf_example_pb2
 
 from attnlab.data.tasks import SPLITS
+from attnlab.runtime import logs
 
 TFDS_SPLITS = {'train': 'train', 'eval': 'validation', 'test': 'test'}
 READ_CHUNK = 4096  # records per bulk read
@@ -138,9 +139,7 @@ def prepared(make_builder: Callable[[], tfds.core.DatasetBuilder]) -> tfds.core.
   TFDS's notes (custom configurations, progress bars, "Downloading and preparing") go to the
   run's log file; a first preparation says so in two lines on stderr instead.
   """
-  from attnlab import console  # the entry points' logging set-up, imported only when needed
-
-  with console.library_detail_to_log_file(), contextlib.redirect_stdout(_TfdsPrints()):
+  with logs.library_detail_to_log_file(), contextlib.redirect_stdout(_TfdsPrints()):
     builder = make_builder()
     if builder.is_prepared():
       return builder

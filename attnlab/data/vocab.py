@@ -12,7 +12,7 @@ import json
 import os
 from collections.abc import Iterable, Sequence
 
-from attnlab.models import BOS_ID, EOS_ID, NUM_SPECIAL_TOKENS, PAD_ID, UNK_ID
+from attnlab.tokens import BOS_ID, EOS_ID, NUM_SPECIAL_TOKENS, PAD_ID, UNK_ID
 
 SPECIAL_TOKENS = ('<pad>', '<bos>', '<eos>', '<unk>')
 MODES = ('char', 'word')

@@ -3,7 +3,7 @@
 * `attend(scores, mask, values)`: the single softmax-and-sum used by every score, the Luong
   local windows and every head of `MultiHeadAttention`.
 * `LocalWindow` + `attention_step`: Luong (2015) global / local-m / local-p attention for the
-  RNN decoder (DESIGN.md section 1).
+  RNN decoder (docs/design.md, Attention).
 * `MultiHeadAttention`: self, causal and cross attention with the parameter tree of
   `flax.linen.MultiHeadDotProductAttention`; weights exposed through `sow`.
 
@@ -22,12 +22,12 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from attnlab.config.model import WINDOWS
 from attnlab.models import matmul
 from attnlab.models.dropout import Dropout
 
 Dtype = Any
 
-WINDOWS = ('global', 'local_m', 'local_p')  # model.attention.window (LocalWindow)
 
 # Finite stand-in for -inf: exp underflows to 0, and x - max never overflows to -inf - -inf.
 _BIG_NEG = -0.7 * float(jnp.finfo(jnp.float32).max)

@@ -8,7 +8,8 @@ step. Teacher forcing (`unroll`) scans that step when the RNN reads attention (b
 feeding); otherwise s_1..s_T do not depend on attention, so `whole_sequence` runs the RNN over
 all steps and then scores, softmax, context and readout for all T queries in batched matmuls.
 
-The step, per `model.attention.timing` (DESIGN.md section 1; s = top layer's hidden state):
+The step, per `model.attention.timing` (docs/design.md, Attention; s = top layer's hidden
+state):
 
   bahdanau  c_t = attend(s_{t-1});  s_t = RNN(s_{t-1}, [emb(y_{t-1}); c_t])
   luong     s_t = RNN(s_{t-1}, [emb(y_{t-1}); h~_{t-1} if input_feeding]);  c_t = attend(s_t)
@@ -37,14 +38,12 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from attnlab.config_fields import check_choice
-from attnlab.model_config import ModelConfig
+from attnlab.config.fields import check_choice
+from attnlab.config.model import TIMINGS, ModelConfig
 from attnlab.models import attention, matmul, recurrent, scoring
 
 # model.attention.timing: when the decoder attends (DecoderCell.core implements each). The
 # last two do not attend: no weights, no attention pictures (AttentionConfig.attends).
-ATTENDING_TIMINGS = ('bahdanau', 'luong')
-TIMINGS = (*ATTENDING_TIMINGS, 'none', 'fixed')
 
 Memory = dict[str, Any]
 DecoderCarry = dict[str, Any]

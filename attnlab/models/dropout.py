@@ -7,10 +7,10 @@ hash as a loop of 5 iterations, each a separate pass over the whole array of cou
 loop keeps XLA from fusing the hash into the mask. `random_bits` computes the same 20 rounds
 as straight-line integer ops, which XLA fuses with the comparison and the select into one
 kernel: the same bits as `jax.random.bits`, about 3x faster on a 1M-element mask, and the
-Transformer's training step 5-8% faster (benchmarks/OPTIMISATIONS.md, issue 17). `Dropout` is
-`flax.linen.Dropout` with that mask and the same rng stream, so models keep their parameters,
-their masks and their training curves. Keys of another PRNG implementation fall back to flax's
-own code.
+Transformer's training step 5-8% faster (benchmarks/OPTIMISATIONS.md, Transformer training).
+`Dropout` is `flax.linen.Dropout` with that mask and the same rng stream, so models keep their
+parameters, their masks and their training curves. Keys of another PRNG implementation fall
+back to flax's own code.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ token, not at the padding). Both directions run in one time loop after one input
 for all steps (attnlab.models.recurrent); parameters are flax's LSTM/GRU cell trees.
 
 A bidirectional layer gives each direction H/2 units and concatenates them, so outputs and
-final states have size H either way (DESIGN.md section 1) and every score type-checks.
+final states have size H either way (docs/design.md, Attention) and every score type-checks.
 
 The bridge maps the encoder's final states to the decoder's initial states. Decoder layer l
 starts from encoder layer min(l, encoder_layers - 1): equal depths pair up layer by layer, a
@@ -24,11 +24,10 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from attnlab.config_fields import check_choice
-from attnlab.model_config import ModelConfig
-from attnlab.models import PAD_ID, matmul, recurrent
-
-BRIDGES = ('dense', 'copy', 'zero')  # model.bridge (Bridge)
+from attnlab.config.fields import check_choice
+from attnlab.config.model import BRIDGES, ModelConfig
+from attnlab.models import matmul, recurrent
+from attnlab.tokens import PAD_ID
 
 # One layer's recurrent state: (c_BxH, h_BxH) for an LSTM, h_BxH for a GRU.
 Carry = Any

@@ -3,11 +3,12 @@
 With `model.dtype=bfloat16` the operands are bfloat16 and the products are summed in float32,
 forward and backward, as matrix units do natively (GPU tensor cores, TPU MXU, CPU AMX /
 avx512_bf16). JAX's own default for bf16 x bf16 is a bf16 result: XLA:CPU has no kernel for
-that, so it upcasts every such dot to float32 with converts around it, and bf16 ran slower
-than float32 (benchmarks/OPTIMISATIONS.md, lever 2). `preferred_element_type=float32` alone
-fixes the forward pass only: the cotangent of a float32 result is float32, so JAX's transposed
-dots get one float32 operand and run as f32 x f32. Here the backward rule rounds the
-cotangent to the operands' dtype first, so the gradient dots are bf16 x bf16 -> f32 too.
+that, so it upcasts every such dot to float32 with converts around it, and bf16 would run
+slower than float32 (benchmarks/OPTIMISATIONS.md: what XLA:CPU offers). `preferred_element_type`
+float32 alone fixes the forward pass only: the cotangent of a float32 result is float32, so
+JAX's transposed dots get one float32 operand and run as f32 x f32. Here the backward rule
+rounds the cotangent to the operands' dtype first, so the gradient dots are bf16 x bf16 -> f32
+too.
 
 Float32 operands take plain `jnp.einsum` (and its own gradient): bit for bit what they were.
 Results come back in the operands' dtype unless `out_dtype` says otherwise (scores ask for
@@ -34,15 +35,18 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from attnlab.config import model as model_config
+
 ACCUMULATION_DTYPE = jnp.float32
 
 # model.dtype -> (compute dtype of activations, operand dtype of weight matmuls). The one
-# definition of the choices (attnlab/model_config.py validates against it).
+# definition of the choices (attnlab/config/model.py validates against it).
 MODEL_DTYPES = {
   'float32': (jnp.float32, jnp.float32),
   'bfloat16': (jnp.bfloat16, jnp.bfloat16),
   'bfloat16_matmuls': (jnp.float32, jnp.bfloat16),
 }
+assert tuple(MODEL_DTYPES) == model_config.DTYPES, 'config/model.py DTYPES names these'
 
 # The operand dtype of weight matmuls in the model being traced (None: the operands' own).
 _WEIGHT_OPERANDS = contextvars.ContextVar('attnlab_weight_operands', default=None)

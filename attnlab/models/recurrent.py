@@ -27,10 +27,10 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from attnlab.config_fields import check_choice
+from attnlab.config.fields import check_choice
+from attnlab.config.model import CELLS
 from attnlab.models import matmul
 
-CELLS = ('lstm', 'gru')  # model.cell (CellParams)
 GATES = {'lstm': 'ifgo', 'gru': 'rzn'}
 
 # One layer's recurrent state: (c_BxH, h_BxH) for an LSTM, h_BxH for a GRU.

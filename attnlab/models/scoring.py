@@ -1,4 +1,4 @@
-"""Attention scores: the registry behind `model.attention.score` (DESIGN.md section 1).
+"""Attention scores: the registry behind `model.attention.score` (docs/design.md, Attention).
 
 Every score is a linen Module with two entry points:
 
@@ -34,6 +34,7 @@ from typing import Any
 import flax.linen as nn
 import jax.numpy as jnp
 
+from attnlab.config import model as model_config
 from attnlab.models import matmul
 
 Dtype = Any
@@ -152,6 +153,7 @@ SCORES: dict[str, type[DotScore]] = {
   'concat': ConcatScore,
   'location': LocationScore,
 }
+assert tuple(SCORES) == model_config.SCORES, 'config/model.py SCORES names these'
 
 
 def make_score(

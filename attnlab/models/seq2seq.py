@@ -23,14 +23,15 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from attnlab.model_config import ModelConfig
-from attnlab.models import PAD_ID, matmul, recurrent
+from attnlab.config.model import ModelConfig
+from attnlab.models import matmul, recurrent
 from attnlab.models.decoder import DecoderCarry, DecoderCell, Memory, unroll
 from attnlab.models.encoder import Bridge, RNNEncoder, source_lengths
+from attnlab.tokens import PAD_ID
 
 
 class Seq2Seq(nn.Module):
-  """Embedding + RNN encoder, bridge, attentional RNN decoder (DESIGN.md section 1)."""
+  """Embedding + RNN encoder, bridge, attentional RNN decoder (docs/design.md, Attention)."""
 
   config: ModelConfig
   source_vocab_size: int

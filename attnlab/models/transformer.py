@@ -29,13 +29,12 @@ import flax.linen as nn
 import jax.numpy as jnp
 import numpy as np
 
-from attnlab.config_fields import check_choice
-from attnlab.model_config import ModelConfig
-from attnlab.models import PAD_ID, matmul
+from attnlab.config.fields import check_choice
+from attnlab.config.model import NORMS, ModelConfig
 from attnlab.models import attention as attn_lib
+from attnlab.models import matmul
 from attnlab.models.dropout import Dropout
-
-NORMS = ('pre', 'post')  # model.transformer.norm: layer norm before or after each sublayer
+from attnlab.tokens import PAD_ID
 
 Memory = dict[str, Any]
 Carry = dict[str, Any]

@@ -1,4 +1,4 @@
-"""Did a run converge, and was it tested with its best checkpoint? (issue 15)
+"""Did a run converge, and was it tested with its best checkpoint?
 
 A run converged when early stopping fired (`train.patience` dev evaluations in a row without
 improvement), or when its dev selection metric moved less than CONVERGENCE_POINTS over the last
@@ -12,7 +12,7 @@ points, BLEU and chrF in their own 0-100 points, loss and perplexity in their ow
 last quarter is the steps [0.75 x last step, last step], both ends included; with fewer than
 MIN_EVALUATIONS evaluations in it there is no verdict ('undecided'), rather than a guess.
 
-Inputs, as attnlab.train writes them: final_metrics.json (`step`: the tested step,
+Inputs, as attnlab.train.loop writes them: final_metrics.json (`step`: the tested step,
 `trained_steps`, `selection`: {`metric`, `mode`, `best_step`, `best_value`, `patience`,
 `stopped_early`}, None without an eval split) and the `eval` rows of metrics.jsonl
 ({"step": N, "split": "eval", "<metric>": value, ...}).
@@ -21,10 +21,10 @@ Inputs, as attnlab.train writes them: final_metrics.json (`step`: the tested ste
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Iterable, Sequence
 
-from attnlab.selection import DIRECTIONS, SELECT_SPLIT
+from attnlab.config.run import SELECT_SPLIT
+from attnlab.metrics import DIRECTIONS, is_number
 
 CONVERGENCE_POINTS = 0.3  # a converged dev metric moves less than this over the last quarter
 LAST_FRACTION = 0.25  # the part of training, at its end, that must be flat
@@ -32,7 +32,7 @@ MIN_EVALUATIONS = 2  # evaluations the last quarter needs for a verdict
 DEV = 'dev'  # what the reports call the selection split (SELECT_SPLIT)
 MARK = '†'  # after a variant whose trials did not all converge
 
-# Points per stored unit of each selection metric (the keys of attnlab.selection.DIRECTIONS).
+# Points per stored unit of each selection metric (the keys of metrics.DIRECTIONS).
 POINTS_PER_UNIT = {
   'sequence_accuracy': 100.0,  # fractions: percentage points
   'token_accuracy': 100.0,
@@ -86,16 +86,12 @@ class Convergence:
     return self.selected_step is not None and self.tested_step == self.selected_step
 
 
-def _number(value) -> bool:
-  return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def eval_curve(events: Iterable[dict], metric: str) -> list[tuple[int, float]]:
   """(step, value) of `metric` on the dev split, the last row per step (a resumed run logs some
   steps twice), sorted by step; non-finite values are left out, as model selection skips them."""
   by_step = {}
   for e in events:
-    if e.get('split') == SELECT_SPLIT and _number(e.get(metric)) and _number(e.get('step')):
+    if e.get('split') == SELECT_SPLIT and is_number(e.get(metric)) and is_number(e.get('step')):
       by_step[int(e['step'])] = float(e[metric])
   return sorted(by_step.items())
 

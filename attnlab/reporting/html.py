@@ -200,7 +200,7 @@ def page(
 ) -> str:
   """The whole document: inline style and script; the policy allows nothing else to load.
 
-  The explorer's page (attnlab/explore_page.py) adds its own style and script after the
+  The explorer's page (attnlab/explore/page.py) adds its own style and script after the
   report's and `connect_src="'self'"`: the one origin its script may fetch from (its API).
   """
   script = html_assets.JS + extra_js

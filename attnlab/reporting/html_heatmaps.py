@@ -17,11 +17,11 @@ from html import escape
 import numpy as np
 from matplotlib import colormaps
 
-from attnlab.reporting import heatmaps
+from attnlab.decoding import heatmaps
 from attnlab.reporting import plots as report_plots
 from attnlab.sweeps.trials import SEED_KEY
 
-CMAP = 'viridis'  # as attnlab/reporting/heatmaps.py
+CMAP = 'viridis'  # as attnlab/decoding/heatmaps.py
 _LEGEND_STOPS = 11
 
 

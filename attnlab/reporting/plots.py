@@ -23,7 +23,9 @@ from matplotlib import image as mpimg
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from attnlab.reporting import convergence, heatmaps
+from attnlab.decoding import heatmaps
+from attnlab.reporting import convergence
+from attnlab.rundir import layout
 from attnlab.sweeps.trials import SEED_KEY, config_label
 
 MAX_EXAMPLES = 2  # rows of the attention grid
@@ -208,11 +210,12 @@ def _heatmap_trials(variants: Sequence) -> list:
 
 
 def _npz(result) -> str:
-  return os.path.join(result.directory, 'attention', f'test_step{result.final["step"]:07d}.npz')
+  step = result.final['step']
+  return os.path.join(result.directory, layout.ATTENTION, f'test_step{step:07d}.npz')
 
 
 def final_heatmap_pngs(result) -> dict[int, str]:
-  folder, step = os.path.join(result.directory, 'attention'), result.final['step']
+  folder, step = os.path.join(result.directory, layout.ATTENTION), result.final['step']
   out = {}
   for name in os.listdir(folder) if os.path.isdir(folder) else ():
     match = _PNG_NAME.match(name)

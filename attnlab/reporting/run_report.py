@@ -1,11 +1,10 @@
 """Results of one finished run directory: a publishable folder with README.md and plots.
 
-    python -m attnlab.run_report runs/g2p-final --out=results/g2p \
-        [--command='python -m attnlab.main --config=configs/g2p.py --workdir=runs/g2p-final'] \
-        [--wall_s=SECONDS]
+    write_run_report('runs/g2p-final', 'results/g2p', command=..., wall_s=None)
+    # python -m attnlab.run_report (attnlab/run_report.py)
 
 Reads RUN_DIR/config.json, final_metrics.json, metrics.jsonl, run_times.jsonl (written by
-attnlab.train) and the final test step's attention heatmaps. Writes OUT/README.md (command,
+attnlab.train.loop) and the final test step's attention heatmaps. Writes OUT/README.md (command,
 wall time, parameters, steps, training tokens/s, final metrics per split, whether the run
 converged (reporting/convergence.py: early stopping fired, or the dev selection metric stopped
 moving over the last quarter of training), breakdowns by source length, locale and format),
@@ -26,26 +25,22 @@ import re
 import shutil
 
 import numpy as np
-from absl import app, flags
 from matplotlib.figure import Figure
 
-from attnlab import cli
-from attnlab import workdir as workdir_lib
 from attnlab.errors import UserError
+from attnlab.metrics import is_number
 from attnlab.reporting import convergence, html, html_heatmaps, sweep_results
 from attnlab.reporting import plots as report_plots
 from attnlab.reporting import stats as report_stats
+from attnlab.rundir import layout
+from attnlab.rundir.layout import RUN_TIMES
 from attnlab.sweeps.runner import duration
 from attnlab.sweeps.trials import Trial
-from attnlab.workdir import RUN_TIMES
 
 MAX_HEATMAPS = 3
 PRIORITY = ('sequence_accuracy', 'wer', 'per')  # shown first in the metrics table
 BREAKDOWNS = (('accuracy_by_locale', 'locale'), ('accuracy_by_format', 'format'))
 
-_OUT = flags.DEFINE_string('out', None, 'Results folder to write (README.md, plots).')
-_COMMAND = flags.DEFINE_string('command', None, 'The exact command that trained the run.')
-_WALL_S = flags.DEFINE_float('wall_s', None, 'Wall time in seconds (default: run_times.jsonl).')
 
 
 class RunReportError(UserError):
@@ -80,7 +75,7 @@ def _table(head: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def metrics_table(final: dict, splits: list[str]) -> list[str]:
-  names = [n for s in splits for n, v in final[s].items() if sweep_results.is_number(v)]
+  names = [n for s in splits for n, v in final[s].items() if is_number(v)]
   names = sorted(dict.fromkeys(names), key=lambda n: PRIORITY.index(n) if n in PRIORITY else 99)
   rows = [[n] + [_fmt(n, final[s].get(n)) for s in splits] for n in names]
   return _table(['metric', *splits], rows)
@@ -115,7 +110,7 @@ def length_table(metrics: dict) -> list[str]:
   )
 
 
-def group_table(final: dict, splits: list[str], key: str, name: str) -> list[str]:
+def breakdown_table(final: dict, splits: list[str], key: str, name: str) -> list[str]:
   """Accuracy per locale / format (sorted by name) and split; the metrics hold no counts."""
   per_split = {s: final[s][key] for s in splits if final[s].get(key)}
   groups = sorted({g for d in per_split.values() for g in d})
@@ -145,7 +140,7 @@ def _length_lines(final: dict, splits: list[str]) -> tuple[list, str, str]:
   return lines, 'source length (tokens)', 'accuracy'
 
 
-def plot_by_length(path: str, final: dict, splits: list[str]) -> bool:
+def plot_run_by_length(path: str, final: dict, splits: list[str]) -> bool:
   """BLEU per source-length bucket in words (translation), else sequence accuracy (solid) and
   1 - WER (dashed) per bucket in tokens, one colour per split."""
   lines, xlabel, ylabel = _length_lines(final, splits)
@@ -173,11 +168,11 @@ def plot_by_length(path: str, final: dict, splits: list[str]) -> bool:
 
 def read_run(run_dir: str, config_file: str) -> sweep_results.TrialResult:
   """The run as a one-trial result, so the sweep report's helpers apply to it."""
-  final = _load_json(run_dir, workdir_lib.FINAL_METRICS_FILE)
+  final = _load_json(run_dir, layout.FINAL_METRICS_FILE)
   # A resumed run logs some steps twice; the last entry per (step, split) wins.
   events = {
     (e.get('step'), e.get('split')): e
-    for e in sweep_results.read_jsonl(os.path.join(run_dir, workdir_lib.METRICS_FILE))
+    for e in sweep_results.read_jsonl(os.path.join(run_dir, layout.METRICS_FILE))
   }
   trial = Trial(os.path.basename(os.path.normpath(run_dir)), config_file, {}, {})
   events = sorted(events.values(), key=lambda e: e.get('step', 0))
@@ -188,7 +183,7 @@ def _wall_time(run_dir: str, wall_s: float | None) -> str:
   if wall_s is not None:
     return f'{duration(wall_s)} ({wall_s:,.0f} s, from --wall_s)'
   lines = sweep_results.read_jsonl(os.path.join(run_dir, RUN_TIMES))
-  times = [r['wall_s'] for r in lines if sweep_results.is_number(r.get('wall_s'))]
+  times = [r['wall_s'] for r in lines if is_number(r.get('wall_s'))]
   if not times:
     return 'not recorded'
   total = sum(times)
@@ -232,7 +227,7 @@ def summary(run_dir: str, result, task: str, config_file: str, command, wall_s) 
 def plots(out: str, result, task: str, splits: list[str]) -> list[str]:
   """Writes by_length.png, learning_curve.png and attention/; returns their markdown."""
   lines = ['', '## Plots']
-  if plot_by_length(os.path.join(out, 'by_length.png'), result.final, splits):
+  if plot_run_by_length(os.path.join(out, 'by_length.png'), result.final, splits):
     what = 'BLEU' if any(result.final[s].get('bleu_by_length') for s in splits) else 'accuracy'
     lines += ['', f'![{what} by source length](by_length.png)']
   variant = sweep_results.Variant(task, task, {}, [result])  # the sweep report's curves, one trial
@@ -242,10 +237,10 @@ def plots(out: str, result, task: str, splits: list[str]) -> list[str]:
     lines += ['', f'![training loss and eval {shown}](learning_curve.png)']
   heatmaps = report_plots.final_heatmap_pngs(result)  # index -> PNG of the final test step
   if heatmaps:
-    os.makedirs(os.path.join(out, 'attention'), exist_ok=True)
+    os.makedirs(os.path.join(out, layout.ATTENTION), exist_ok=True)
     lines += ['', f'Attention of the first test examples at step {result.final["step"]}:']
   for index in sorted(heatmaps)[:MAX_HEATMAPS]:
-    name = os.path.join('attention', os.path.basename(heatmaps[index]))
+    name = os.path.join(layout.ATTENTION, os.path.basename(heatmaps[index]))
     shutil.copyfile(heatmaps[index], os.path.join(out, name))
     lines += ['', f'![test example {index}]({name})']
   return lines
@@ -327,7 +322,7 @@ def write_run_report(
     RunReportError: RUN_DIR lacks config.json or final_metrics.json, or OUT may not be written
       (`check_out`); nothing is written then.
   """
-  config = _load_json(run_dir, 'config.json')
+  config = _load_json(run_dir, layout.CONFIG_FILE)
   match = re.search(r'--config[= ]([^\s\'"]+)', command or '')
   config_file = match.group(1) if match else ''
   result = read_run(run_dir, config_file)
@@ -336,7 +331,7 @@ def write_run_report(
   splits = [s for s, v in final.items() if isinstance(v, dict) and s != 'selection']
   check_out(run_dir, out)
   os.makedirs(out, exist_ok=True)
-  for name in (workdir_lib.CONFIG_FILE, workdir_lib.FINAL_METRICS_FILE):
+  for name in (layout.CONFIG_FILE, layout.FINAL_METRICS_FILE):
     shutil.copyfile(os.path.join(run_dir, name), os.path.join(out, name))
   lines = summary(run_dir, result, task, config_file, command, wall_s)
   lines += ['', '## Final metrics', ''] + metrics_table(final, splits)
@@ -346,7 +341,7 @@ def write_run_report(
     if table:
       lines += ['', f'## By source length: {s}', ''] + table
   for key, name in BREAKDOWNS:
-    table = group_table(final, splits, key, name)
+    table = breakdown_table(final, splits, key, name)
     if table:
       lines += ['', f'## By {name}', ''] + table
   lines += plots(out, result, task, splits)
@@ -357,16 +352,3 @@ def write_run_report(
   figures = html_heatmaps.run_figures(result)  # heatmap PNGs -> interactive, from the .npz
   html.write_html(os.path.join(out, html.FILE_NAME), text, base_dir=out, figures=figures)
   return path
-
-
-def main(argv):
-  if len(argv) != 2 or not _OUT.value:
-    raise app.UsageError(
-      "usage: python -m attnlab.run_report RUN_DIR --out=DIR [--command='...'] [--wall_s=SECONDS]"
-    )
-  print(write_run_report(argv[1], _OUT.value, command=_COMMAND.value, wall_s=_WALL_S.value))
-  print(os.path.join(_OUT.value, html.FILE_NAME))
-
-
-if __name__ == '__main__':
-  cli.run(main)

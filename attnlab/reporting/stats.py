@@ -17,7 +17,6 @@ from attnlab import metrics
 from attnlab.sweeps.trials import SEED_KEY
 
 BOOTSTRAP_SAMPLES = 2000
-LOWER_IS_BETTER = ('loss', 'perplexity', 'per', 'wer', 'alignment_error_rate')
 
 
 def paired_bootstrap(a, b, *, samples: int = BOOTSTRAP_SAMPLES, seed: int = 0) -> dict:
@@ -127,7 +126,7 @@ def rank(variants: list, metric: str):
   scored = [(v.stat(metric)[0], i, v) for i, v in enumerate(variants) if v.stat(metric)]
   if not scored:
     return None
-  sign = 1.0 if metric in LOWER_IS_BETTER else -1.0
+  sign = 1.0 if metrics.lower_is_better(metric) else -1.0
   return min(scored, key=lambda s: (sign * s[0], s[1]))[2]
 
 

@@ -1,6 +1,6 @@
 """Results of a sweep directory: results.md, results.csv, plots and report.html.
 
-    python -m attnlab.report runs/score_timing [--metric=auto]
+    write_report('runs/score_timing')      # python -m attnlab.report runs/score_timing
 
 Reads DIR/sweep.json (written by `attnlab.sweep`) and every trial directory. Trials are grouped
 by their config file (the task) and, inside a group, by variant: the trial's overrides except
@@ -30,15 +30,13 @@ import io
 import os
 
 import numpy as np
-from absl import app, flags
 
-from attnlab import cli
+from attnlab.metrics import is_number, lower_is_better
 from attnlab.reporting import convergence, effects, html, html_heatmaps
 from attnlab.reporting import plots as report_plots
 from attnlab.reporting.length_tables import by_length_table, fmt_stat
 from attnlab.reporting.stats import (
   BOOTSTRAP_SAMPLES,
-  LOWER_IS_BETTER,
   beyond_cell,
   bootstrap_cells,
   primary_metric,
@@ -49,7 +47,6 @@ from attnlab.reporting.sweep_results import (
   PREDICTIONS,
   Variant,
   collect,
-  is_number,
   mean_std,
 )
 from attnlab.sweeps import runner as sweep_runner
@@ -59,12 +56,6 @@ from attnlab.sweeps.shared import COPIED_FROM
 EXTRA_METRICS = ('per', 'wer', 'bleu', 'chrf')  # shown when a task reports them
 ATTENTION_METRICS = ('attention_entropy', 'alignment_error_rate')
 
-_METRIC = flags.DEFINE_string(
-  'metric',
-  'auto',
-  'Test metric that ranks variants (auto: the metric the trials were selected on, e.g. wer for '
-  'G2P and bleu for translation; else wer where reported, else sequence_accuracy).',
-)
 
 
 
@@ -217,7 +208,7 @@ def markdown(
     ranked_by = primary_metric(variants, metric)
     best = rank(variants, ranked_by)
     tests = significance(variants, best, ranked_by)
-    order = 'lower' if ranked_by in LOWER_IS_BETTER else 'higher'
+    order = 'lower' if lower_is_better(ranked_by) else 'higher'
     lines += ['', f'## {group}', '', f'Best by test {ranked_by} ({order} is better).', '']
     lines += group_table(variants, ranked_by, best, tests)
     named = [v for v in variants if v.label != v.settings]
@@ -338,14 +329,3 @@ def write_report(workdir: str, metric: str = 'auto', *, plots: bool = True) -> s
       figures[written[group]['attention']] = grid
   html.write_html(os.path.join(workdir, html.FILE_NAME), text, base_dir=workdir, figures=figures)
   return path
-
-
-def main(argv):
-  if len(argv) != 2:
-    raise app.UsageError('usage: python -m attnlab.report DIR [--metric=auto]')
-  print(write_report(argv[1], _METRIC.value))
-  print(os.path.join(argv[1], html.FILE_NAME))
-
-
-if __name__ == '__main__':
-  cli.run(main)

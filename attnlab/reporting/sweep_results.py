@@ -8,22 +8,22 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import math
 import os
 import statistics
 
 import numpy as np
 
 from attnlab import metrics
-from attnlab import workdir as workdir_lib
+from attnlab.metrics import is_number
 from attnlab.reporting import convergence
+from attnlab.rundir import layout
+from attnlab.rundir.layout import RUN_TIMES
 from attnlab.sweeps import runner as sweep_runner
 from attnlab.sweeps import trial_dirs
 from attnlab.sweeps import trials as trials_lib
 from attnlab.sweeps.trials import SEED_KEY, Trial
-from attnlab.workdir import RUN_TIMES
 
-PREDICTIONS = 'predictions_test.jsonl'
+PREDICTIONS = layout.TEST_PREDICTIONS
 
 
 @dataclasses.dataclass
@@ -120,10 +120,6 @@ class Variant:
     return f'{self.label} {convergence.MARK}' if unsure else self.label
 
 
-def is_number(value) -> bool:
-  return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def cpu_seconds(run_times: list[dict]) -> float | None:
   """CPU seconds over a run's process runs (run_times.jsonl lines); None when there are none
   or a run did not record them (runs from before attnlab recorded CPU time)."""
@@ -139,10 +135,14 @@ def mean_std(values) -> tuple[float, float | None] | None:
 
 
 def read_jsonl(path: str) -> list[dict]:
-  if not os.path.isfile(path):
+  """The JSON lines of `path` (or of its archived `path`.gz: layout.open_text); [] when
+  neither exists."""
+  try:
+    f = layout.open_text(path)
+  except FileNotFoundError:
     return []
   rows = []
-  with open(path, errors='replace') as f:
+  with f:
     for line in f:
       try:
         rows.append(json.loads(line))
@@ -161,7 +161,7 @@ def read_trial(workdir: str, trial: Trial) -> TrialResult:
   # A resumed run logs some steps twice; the last entry per (step, split) wins.
   events = {
     (e.get('step'), e.get('split')): e
-    for e in read_jsonl(os.path.join(directory, workdir_lib.METRICS_FILE))
+    for e in read_jsonl(os.path.join(directory, layout.METRICS_FILE))
   }
   rows = read_jsonl(os.path.join(directory, PREDICTIONS))
   if final:

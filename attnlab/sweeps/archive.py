@@ -1,19 +1,28 @@
-"""A sweep's archive: each finished trial kept without its checkpoints, in a folder meant to be
-committed or copied off the machine (`python -m attnlab.sweep ... --archive=DIR`).
+"""A sweep's archive: each finished trial kept compact, without its checkpoints, in a folder meant
+to be committed or copied off the machine (`python -m attnlab.sweep ... --archive=DIR`).
 
 A converged ablation takes longer than one machine lives (a session, a preemptible VM, a
-cluster job's scratch disk). A finished trial is all a report needs without its checkpoints
-(config.json, final_metrics.json, metrics.jsonl, predictions, attention weights, status and
-wall time: 1-2 MB), so the runner copies it to ARCHIVE/NAME as soon as it ends, and a sweep
-started anywhere else with the same --archive restores those trials into its --workdir as
-finished instead of training them again. ARCHIVE holds the sweep's sweep.json too, so
-`python -m attnlab.report ARCHIVE` writes the same report from the archive alone.
+cluster job's scratch disk). A finished trial is all a report needs without its checkpoints,
+so the runner copies it to ARCHIVE/NAME as soon as it ends, and a sweep started anywhere else
+with the same --archive restores those trials into its --workdir as finished instead of
+training them again. ARCHIVE holds the sweep's sweep.json too, so `python -m attnlab.report
+ARCHIVE` writes the same report from the archive alone.
 
-What is left out (`LEFT_OUT`): checkpoints (tens of MB per trial, useless once tested), the
-TensorBoard events (metrics.jsonl holds the same numbers), the libraries' log train.log, and
-what every evaluation on the eval split wrote along the way (heatmaps, samples, predictions:
-~3 MB for a G2P trial; its metrics stay in metrics.jsonl). The test split's predictions and
-attention at the selected step, which the report reads, are kept: ~1.4 MB for a G2P trial.
+An archived trial keeps only what the reports (reporting/sweep_results.py, run_report.py) and a
+restore (trial_dirs: finished, the same trial, how it ended) read (`KEPT`): config.json,
+final_metrics.json (and the first one of a run whose limit was relaxed), sweep_status.json,
+run_times.jsonl, config_changes.jsonl; metrics.jsonl, the test split's predictions and the sweep
+log gzip-compressed as NAME.gz (`COMPRESSED`; workdir.open_text reads either form); and the
+attention weights of the tested step (attention/test_stepNNNNNNN.npz, from which the reports
+draw their heatmaps; that step's PNGs only for a run that saved no weights). What is left out
+can be regenerated from a checkpoint or is never read from an archive: checkpoints (tens of MB
+per trial, useless once tested), TensorBoard events (metrics.jsonl holds the same numbers),
+train.log, the vocabularies (a run with checkpoints keeps them; up to 0.7 MB for a Bible
+trial), samples/ (the predictions hold every test output) and what evaluations at other steps
+or on the eval split wrote. A G2P trial takes ~0.2 MB, a Bible one ~0.3 MB. Restoring copies
+the compact trial as it is (`replace_tree` is the one copy: archiving, restoring, and sharing a
+trial between experiments, shared.py), so the restored trial is finished, the sweep skips it
+and its report reads the same numbers.
 A trial whose archived copy is finished is never trained again: to retrain it, delete
 ARCHIVE/NAME and WORKDIR/NAME.
 """
@@ -21,39 +30,85 @@ ARCHIVE/NAME and WORKDIR/NAME.
 from __future__ import annotations
 
 import fnmatch
+import gzip
 import os
 import shutil
 from collections.abc import Iterable
 
-from attnlab import console
-from attnlab import workdir as workdir_lib
+from attnlab.rundir import layout
 from attnlab.sweeps import trial_dirs
 from attnlab.sweeps.trials import MANIFEST, Trial, manifest_tmp
 
-# Paths relative to the trial directory (fnmatch patterns).
-LEFT_OUT = (
-  workdir_lib.CHECKPOINTS,
-  'tensorboard',
-  console.LOG_FILE,
-  '*.tmp',
-  'predictions_eval.jsonl',
-  'attention/eval_step*',
-  'samples/eval_step*',
+# Files of the trial directory kept as they are (fnmatch patterns; final_metrics.cap24000.json
+# is the first result of a run whose step cap was raised: trial_dirs.relax_trial).
+KEPT = (
+  layout.CONFIG_FILE,
+  layout.CONFIG_CHANGES,
+  layout.FINAL_METRICS_FILE,
+  'final_metrics.*.json',
+  trial_dirs.STATUS_FILE,
+  layout.RUN_TIMES,
 )
+# Large text files the reports read, kept as NAME + layout.COMPRESSED.
+COMPRESSED = (layout.METRICS_FILE, layout.TEST_PREDICTIONS, trial_dirs.LOG_FILE)
+ATTENTION = 'attention'  # attention/<split>_stepNNNNNNN.npz and _ex<i>.png (evaluation)
+
+
+def write_gzip(source: str, target: str) -> None:
+  """`source` gzip-compressed into `target`, the same bytes for the same input (no file name,
+  no time in the header), so that archiving a trial again changes nothing."""
+  with open(source, 'rb') as f, open(target, 'wb') as raw:
+    with gzip.GzipFile(filename='', mode='wb', fileobj=raw, compresslevel=9, mtime=0) as out:
+      shutil.copyfileobj(f, out)
+
+
+def _tested_attention(source: str) -> list[str]:
+  """The attention files the reports read: the weights (.npz) of the test split at the tested
+  step (final_metrics.json's `step`; every tested step if it has none), else that step's PNGs."""
+  folder = os.path.join(source, ATTENTION)
+  if not os.path.isdir(folder):
+    return []
+  try:
+    step = trial_dirs.read_final(source).get('step')
+  except (OSError, ValueError):
+    step = None
+  prefix = 'test_step' if step is None else f'test_step{int(step):07d}'
+  names = sorted(n for n in os.listdir(folder) if n.startswith(prefix))
+  weights = {n[: -len('.npz')] for n in names if n.endswith('.npz')}
+  return [n for n in names
+          if n.endswith('.npz') or (n.endswith('.png') and n.rsplit('_ex', 1)[0] not in weights)]
+
+
+def compact_copy(source: str, target: str) -> None:
+  """Writes the new directory `target`: the trial `source` as an archive keeps it (module
+  docstring). A trial that is compact already (restored or archived) is copied as it is."""
+  os.makedirs(target)
+  names = set(os.listdir(source))
+  for name in sorted(names):
+    path = os.path.join(source, name)
+    if not os.path.isfile(path):
+      continue
+    if name in COMPRESSED:
+      write_gzip(path, os.path.join(target, name + layout.COMPRESSED))
+    elif any(fnmatch.fnmatch(name, pattern) for pattern in KEPT) or (
+      name.endswith(layout.COMPRESSED)
+      and name[: -len(layout.COMPRESSED)] in COMPRESSED
+      and name[: -len(layout.COMPRESSED)] not in names  # the plain file wins
+    ):
+      shutil.copy2(path, os.path.join(target, name))
+  attention = _tested_attention(source)
+  if attention:
+    os.makedirs(os.path.join(target, ATTENTION))
+  for name in attention:
+    shutil.copy2(os.path.join(source, ATTENTION, name), os.path.join(target, ATTENTION, name))
 
 
 def replace_tree(source: str, target: str) -> None:
-  """Copies `source` to `target` (without LEFT_OUT) through a temporary sibling, so that an
-  interrupted copy never leaves a half-written trial that looks finished."""
-
-  def ignore(directory: str, names: list[str]) -> set[str]:
-    relative = os.path.relpath(directory, source)
-    paths = {n: os.path.normpath(os.path.join(relative, n)) for n in names}
-    return {n for n, p in paths.items() if any(fnmatch.fnmatch(p, x) for x in LEFT_OUT)}
-
+  """Copies the trial `source` to `target`, compact (`compact_copy`), through a temporary
+  sibling, so that an interrupted copy never leaves a half-written trial that looks finished."""
   tmp = f'{target}.{os.getpid()}.tmp'
   shutil.rmtree(tmp, ignore_errors=True)
-  shutil.copytree(source, tmp, ignore=ignore)
+  compact_copy(source, tmp)
   old = f'{target}.{os.getpid()}.old'
   if os.path.exists(target):
     os.replace(target, old)

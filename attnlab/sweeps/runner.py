@@ -9,7 +9,7 @@ A trial is finished when its final_metrics.json exists. Anything else is (re)sta
 training loop resumes it from its latest checkpoint. A trial is started only under its claim
 (attnlab/sweeps/claims.py), so several sweep processes on one workdir share the trials out.
 Each trial's `attnlab.main` keeps what it compiles in the per-user compilation cache
-(attnlab/compilation_cache.py), so the seeds of a variant compile its programs once.
+(attnlab/runtime/compilation_cache.py), so the seeds of a variant compile its programs once.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
-from attnlab import workdir as workdir_lib
+from attnlab.rundir import layout, run_times
 from attnlab.sweeps import archive as archive_lib
 from attnlab.sweeps import claims
 from attnlab.sweeps import shared as shared_lib
@@ -33,9 +33,9 @@ from attnlab.sweeps.trial_dirs import (
   identity,
   metric_events,
   read_status,
-  result_line,
   resume_args,
   running_elsewhere,
+  tested_line,
   trial_dir,
   trial_state,
   write_status,
@@ -72,7 +72,7 @@ def last_train_step(directory: str) -> int:
 def _resume_note(directory: str, killed: dict | None) -> str:
   """' (resuming from checkpoint step 12000; the last attempt was killed at step 12700 after
   41m02s)', or '' for a trial without a checkpoint."""
-  saved = workdir_lib.saved_steps(directory)
+  saved = layout.saved_steps(directory)
   parts = [f'resuming from checkpoint step {saved[-1]}'] if saved else []
   if killed:
     parts.append(f'the last attempt was killed at step {killed["last_step"]} after '
@@ -254,7 +254,7 @@ class LocalRunner:
     status = read_status(directory)
     # A trial process killed with no chance to record its time (a session or machine that
     # ended) left its run-time line; a 'running' status means no runner counted that attempt.
-    killed = workdir_lib.recover_killed_run(directory)
+    killed = run_times.recover_killed_run(directory)
     wall_s = status.get('wall_s', 0.0)
     if killed and status.get('status') == 'running':
       wall_s += killed['wall_s']
@@ -304,7 +304,7 @@ class LocalRunner:
       took = duration(elapsed)
       if status.get('attempts', 1) > 1:  # a resumed trial: its whole wall time beside this one
         took += f" ({duration(status['wall_s'])} over {status['attempts']} attempts)"
-      result = result_line(directory, 'sequence_accuracy')
+      result = tested_line(directory, 'sequence_accuracy')
       self._print(f'[done] {trial.name} in {took}' + (f' | {result}' if result else ''))
     else:
       tail = _tail(os.path.join(directory, LOG_FILE), offset)

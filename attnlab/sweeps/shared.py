@@ -22,10 +22,10 @@ import json
 import os
 from collections.abc import Iterable, Mapping
 
-from attnlab import workdir as workdir_lib
 from attnlab.sweeps import archive as archive_lib
 from attnlab.sweeps import trial_dirs
 from attnlab.sweeps.trials import Trial
+from attnlab.train import resume
 
 COPIED_FROM = 'copied_from'  # sweep_status.json key: OTHER/NAME, relative to the archives' root
 
@@ -37,7 +37,7 @@ def copied_line(name: str, origin: str) -> str:
 
 def config_key(config: Mapping) -> str:
   """One string per distinct config: flattened dotted keys, JSON values (tuples as lists)."""
-  return json.dumps(workdir_lib.flatten(json.loads(json.dumps(dict(config)))), sort_keys=True)
+  return json.dumps(resume.flatten(json.loads(json.dumps(dict(config)))), sort_keys=True)
 
 
 def _finished_trials(root: str, own: str) -> Iterable[str]:

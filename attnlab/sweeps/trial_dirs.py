@@ -9,14 +9,15 @@ import os
 import socket
 from collections.abc import Callable
 
-from attnlab import selection as selection_lib
-from attnlab import workdir as workdir_lib
-from attnlab.selection import SELECT_SPLIT
+from attnlab.config.run import SELECT_SPLIT
+from attnlab.rundir import layout
 from attnlab.sweeps.trials import SweepError, Trial
+from attnlab.train import resume
+from attnlab.train import selection as selection_lib
 
 STATUS_FILE = 'sweep_status.json'
 LOG_FILE = 'sweep_log.txt'
-FINAL_FILE = workdir_lib.FINAL_METRICS_FILE
+FINAL_FILE = layout.FINAL_METRICS_FILE
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,7 +31,7 @@ class Limit:
 
 
 # A higher step cap; a lower learning-rate floor (the plateau schedule's cut that the floor
-# refused is made when the run resumes: attnlab/train.py).
+# refused is made when the run resumes: attnlab/train/loop.py).
 LIMITS = {
   limit.key: limit for limit in (
     Limit('train.num_steps', 'cap', lambda old, new: new > old),
@@ -111,7 +112,7 @@ def _shown(overrides: dict, key: str) -> str:
   return repr(overrides[key]) if key in overrides else '(unset)'
 
 
-def _number(value) -> bool:
+def _is_numeric(value) -> bool:
   return isinstance(value, int | float) and not isinstance(value, bool)
 
 
@@ -119,8 +120,8 @@ def saved_settings(directory: str) -> dict:
   """Dotted key -> value of the trial run's config.json ({} when it has none or it is broken:
   then nothing counts as unchanged)."""
   try:
-    with open(os.path.join(directory, workdir_lib.CONFIG_FILE), encoding='utf-8') as f:
-      return workdir_lib.flatten(json.load(f))
+    with open(os.path.join(directory, layout.CONFIG_FILE), encoding='utf-8') as f:
+      return resume.flatten(json.load(f))
   except (OSError, ValueError):
     return {}
 
@@ -131,7 +132,7 @@ def check_same_trial(directory: str, trial: Trial) -> dict | None:
   An override that is new or changed but equal to what the trial's run already had (its
   config.json) changes nothing, so it is accepted: an experiment may pin a value of its base
   config before that config's default moves on. Relaxed `LIMITS` (a raised step cap, a lowered
-  learning-rate floor) are accepted too: returns {key: old value} of those, and `relax_limits`
+  learning-rate floor) are accepted too: returns {key: old value} of those, and `relax_trial`
   brings the directory to the new values. Otherwise returns None."""
   status = read_status(directory)
   now = identity(trial)
@@ -152,7 +153,7 @@ def check_same_trial(directory: str, trial: Trial) -> dict | None:
   if not described:
     return None
   relaxed = {key: changes[key][0] for key, limit in LIMITS.items()
-             if key in changes and all(_number(v) for v in changes[key])
+             if key in changes and all(_is_numeric(v) for v in changes[key])
              and limit.relaxes(*changes[key])}
   if not config_changed and relaxed and set(relaxed) == set(changes):
     return relaxed
@@ -167,7 +168,7 @@ def read_final(directory: str) -> dict:
     return json.load(f)
 
 
-def result_line(directory: str, metric: str) -> str:
+def tested_line(directory: str, metric: str) -> str:
   """What the trial in `directory` has reached, for the console. Finished: its test result on
   the selection metric and the step tested (`test wer 0.2487 (step 18000 of 19000, stopped
   early)`). Before that: the best eval value of `metric` so far (`best eval wer 0.3026 at step
@@ -194,11 +195,13 @@ def result_line(directory: str, metric: str) -> str:
 
 
 def metric_events(directory: str):
-  """metrics.jsonl's lines as dicts, skipping one being written right now."""
-  path = os.path.join(directory, workdir_lib.METRICS_FILE)
-  if not os.path.isfile(path):
+  """metrics.jsonl's lines as dicts (metrics.jsonl.gz in an archived trial: open_text),
+  skipping one being written right now."""
+  try:
+    f = layout.open_text(os.path.join(directory, layout.METRICS_FILE))
+  except FileNotFoundError:
     return
-  with open(path, encoding='utf-8', errors='replace') as f:
+  with f:
     for line in f:
       try:
         event = json.loads(line)
@@ -241,9 +244,9 @@ def describe_change(trial: Trial, relaxed: dict) -> str:
 
 def check_relaxable(directory: str, trial: Trial, relaxed: dict) -> None:
   """Refuses a finished trial that ended at a relaxed limit and has no checkpoint to train on
-  from (call it for every trial before `relax_limits` changes any)."""
+  from (call it for every trial before `relax_trial` changes any)."""
   if (trial_state(directory) == 'finished' and reached_limit(directory, relaxed)
-      and not workdir_lib.saved_steps(directory)):
+      and not layout.saved_steps(directory)):
     raise SweepError(
       f'{directory} ended {ENDINGS[ending(directory)]} and has no checkpoint to train on from '
       f'under {describe_change(trial, relaxed)}; delete it (and its archived copy) to train it '
@@ -251,7 +254,7 @@ def check_relaxable(directory: str, trial: Trial, relaxed: dict) -> None:
     )
 
 
-def relax_limits(directory: str, trial: Trial, relaxed: dict) -> str:
+def relax_trial(directory: str, trial: Trial, relaxed: dict) -> str:
   """Brings a trial run under stricter `LIMITS` ({key: old value}) to the experiment's values;
   returns 'kept' or 'extended'.
 
@@ -283,6 +286,6 @@ def resume_args(directory: str, trial: Trial) -> list[str]:
   relaxed `LIMITS` against the run's config.json."""
   saved, wanted = saved_settings(directory), trial.all_overrides()
   keys = [key for key, limit in LIMITS.items()
-          if _number(saved.get(key)) and _number(wanted.get(key))
+          if _is_numeric(saved.get(key)) and _is_numeric(wanted.get(key))
           and limit.relaxes(saved[key], wanted[key])]
   return [f'--allow_config_change={",".join(keys)}'] if keys else []

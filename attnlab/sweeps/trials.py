@@ -18,7 +18,7 @@ the manifest and out of the trial's name and identity. A trial runs
 `python -m attnlab.main --config=CONFIG --workdir=DIR/NAME --config.KEY=VALUE ...`; NAME is
 built from the trial's own overrides (`score=dot,seed=0`), so it is readable and stays the same
 when other trials are added. `trial_config` applies the overrides to the loaded config exactly
-as the command line would and validates it with `attnlab.config.parse`.
+as the command line would and validates it with `attnlab.config.run.parse`.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from typing import Any
 
 import ml_collections
 
-from attnlab import config as config_lib
+from attnlab.config import run as config_lib
 from attnlab.errors import UserError
 
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -272,7 +272,7 @@ def apply_overrides(config: ml_collections.ConfigDict, overrides: Mapping[str, A
 
 
 def trial_config(trial: Trial) -> ml_collections.ConfigDict:
-  """The trial's full config, validated by `attnlab.config.parse`; raises ConfigError."""
+  """The trial's full config, validated by `attnlab.config.run.parse`; raises ConfigError."""
   config = load_config(trial.config)
   apply_overrides(config, trial.all_overrides())
   config_lib.parse(config)

@@ -16,8 +16,8 @@ import jax.numpy as jnp
 import optax
 from flax.training import train_state
 
-from attnlab import losses
-from attnlab.models import BOS_ID, PAD_ID
+from attnlab.tokens import BOS_ID, PAD_ID
+from attnlab.train import losses
 
 
 class TrainState(train_state.TrainState):

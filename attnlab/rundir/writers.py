@@ -32,7 +32,7 @@ import numpy as np
 from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
-from attnlab import workdir as workdir_lib
+from attnlab.rundir import layout
 
 _RESERVED = ('step', 'split')
 
@@ -79,10 +79,10 @@ class MetricWriter:
 
   @property
   def jsonl_path(self) -> str:
-    return os.path.join(self.workdir, workdir_lib.METRICS_FILE)
+    return os.path.join(self.workdir, layout.METRICS_FILE)
 
   def tensorboard_dir(self, split: str) -> str:
-    return os.path.join(self.workdir, 'tensorboard', split)
+    return os.path.join(self.workdir, layout.TENSORBOARD, split)
 
   def write(self, step: int, split: str, metrics: Mapping[str, Any]) -> None:
     """Records `metrics` of `split` ('train', 'eval', 'test', ...) at `step`.

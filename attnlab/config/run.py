@@ -1,7 +1,7 @@
 """Typed, validated views of the ml-collections config.
 
 Each config group maps one-to-one onto a frozen dataclass (the `model` group's are in
-attnlab/model_config.py, the checks they share in attnlab/config_fields.py). The dataclasses
+attnlab/config/model.py, the checks they share in attnlab/config/fields.py). The dataclasses
 have no defaults: every default lives in configs/base.py, so a key missing from a config is an
 error naming it. `parse(config)` checks every group before anything is compiled: an unknown key
 or a value outside its choices raises `ConfigError` naming the dotted key and the valid choices.
@@ -14,8 +14,17 @@ import math
 
 import ml_collections
 
-from attnlab.config_fields import ConfigError, check_choice, check_positive, from_group
-from attnlab.model_config import ModelConfig
+from attnlab.config.fields import ConfigError, check_choice, check_positive, from_group
+from attnlab.config.model import ModelConfig
+from attnlab.data import tasks, vocab
+from attnlab.data.batching import BATCHINGS
+from attnlab.metrics import DIRECTIONS
+
+# The split model selection reads (eval.splits must hold it for train.select_metric): never
+# the test split, which stays unseen until the end.
+SELECT_SPLIT = 'eval'
+SELECT_METRICS = ('auto', *sorted(DIRECTIONS))  # train.select_metric
+SEARCH_METHODS = ('greedy', 'beam')  # eval.search, attnlab.decode --search: decoding/search.py
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,8 +50,6 @@ class TaskConfig:
   sword_path: str
 
   def validate(self, prefix: str = 'task') -> None:
-    from attnlab.data import tasks, vocab  # light: the registry, not the datasets
-
     check_choice(f'{prefix}.name', self.name, tasks.BUILDERS)
     for key in ('train_lengths', 'eval_lengths'):
       lo_hi = getattr(self, key)
@@ -79,8 +86,6 @@ class DataConfig:
   num_buckets: int
 
   def validate(self, prefix: str = 'data') -> None:
-    from attnlab.data.batching import BATCHINGS  # numpy only
-
     for key in ('global_batch_size', 'max_source_length', 'max_target_length', 'bucket_size',
                 'tokens_per_batch', 'num_buckets'):
       check_positive(f'{prefix}.{key}', getattr(self, key))
@@ -145,13 +150,11 @@ class TrainConfig:
   divergence_factor: float
 
   def validate(self, prefix: str = 'train') -> None:
-    from attnlab import selection  # the metric registry (no JAX)
-
     for key in ('num_steps', 'log_every', 'eval_every', 'checkpoint_every', 'keep_checkpoints'):
       check_positive(f'{prefix}.{key}', getattr(self, key))
     if not 0.0 <= self.label_smoothing < 1.0:
       raise ConfigError(f'{prefix}.label_smoothing={self.label_smoothing!r} must be in [0, 1)')
-    check_choice(f'{prefix}.select_metric', self.select_metric, selection.CHOICES)
+    check_choice(f'{prefix}.select_metric', self.select_metric, SELECT_METRICS)
     check_positive(f'{prefix}.patience', self.patience, allow_zero=True)
     factor = self.divergence_factor
     if not (isinstance(factor, int | float) and (factor == 0 or 1 < factor < math.inf)):
@@ -171,9 +174,7 @@ class EvalConfig:
   splits: tuple
 
   def validate(self, prefix: str = 'eval') -> None:
-    from attnlab import search  # the registry of search methods (imports JAX, as models do)
-
-    check_choice(f'{prefix}.search', self.search, search.METHODS)
+    check_choice(f'{prefix}.search', self.search, SEARCH_METHODS)
     check_positive(f'{prefix}.beam_size', self.beam_size)
     if not (isinstance(self.length_penalty, int | float) and math.isfinite(self.length_penalty)):
       raise ConfigError(f'{prefix}.length_penalty={self.length_penalty!r} must be a finite '

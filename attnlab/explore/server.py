@@ -7,11 +7,11 @@ Type an input (or pick one of the first run's eval examples): every run answers 
 side with its n-best outputs and scores and an interactive heatmap of the chosen output's
 attention (hover a cell: source token, target token, weight). Multi-head and Transformer
 models get a layer and head selector, with the mean over heads (what search used for an RNN
-and for a Transformer's last layer). Decoding is attnlab.runs' `TrainedRun.decode`, with the
-settings attnlab.decode uses: one output gives what `python -m attnlab.decode` prints; n-best
-lists come from beam search at least K wide.
+and for a Transformer's last layer). Decoding is `TrainedRun.decode` (attnlab/decoding/runs.py),
+with the settings attnlab.decode uses: one output gives what `python -m attnlab.decode` prints;
+n-best lists come from beam search at least K wide.
 
-The page and the tests use one JSON API (attnlab/explore_page.py is the page):
+The page and the tests use one JSON API (attnlab/explore/page.py is the page):
 
     GET  /                   the page (static: no user text is ever written into it)
     GET  /api/runs           {"runs": [{id, label, workdir, step, model, search, multi_head,
@@ -19,7 +19,7 @@ The page and the tests use one JSON API (attnlab/explore_page.py is the page):
     GET  /api/examples?run=ID  {"examples": [{index, source, reference, hypothesis, correct}],
                               "note"}: the first MAX_EXAMPLES of RUN/predictions_eval.jsonl
     POST /api/decode         {"input": TEXT, "nbest": K, "runs": [ID, ...] (default all)} ->
-                             {"input", "nbest", "results": [per run: attnlab.inference.as_json
+                             {"input", "nbest", "results": [per run: inference.as_json
                               + run, label, search and attention: per hypothesis a list of
                               views {layer, head, weights [T][S], html}]}
 
@@ -51,9 +51,14 @@ import traceback
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
-from attnlab import cli, compilation_cache, explore_page, inference
+from attnlab import cli
+from attnlab.config.run import SELECT_SPLIT
+from attnlab.decoding import inference, runs
 from attnlab.errors import UserError
+from attnlab.explore import page as explore_page
 from attnlab.reporting import html, html_heatmaps
+from attnlab.rundir import layout
+from attnlab.runtime import compilation_cache
 
 MAX_INPUT_CHARS = 1000  # characters per input (a run's own token limit applies as well)
 MAX_NBEST = 10
@@ -135,7 +140,7 @@ def attention_views(hyp: inference.Hypothesis, source_tokens) -> list[dict]:
 def read_examples(workdir: str) -> tuple[list[dict], str]:
   """The first MAX_EXAMPLES of RUN/predictions_eval.jsonl (evaluation writes it) and a note;
   a RequestError (409) naming the file and line where a line is not a JSON object."""
-  path = os.path.join(workdir, 'predictions_eval.jsonl')
+  path = os.path.join(workdir, layout.predictions_file(SELECT_SPLIT))
   if not os.path.isfile(path):
     return [], f'{path} not found: the run has not evaluated its eval split yet'
   examples = []
@@ -167,7 +172,7 @@ def _corrupt(path: str, number: int, reason: str) -> RequestError:
 
 
 class Explorer:
-  """The API over some trained runs (attnlab.runs.TrainedRun), without the HTTP around it."""
+  """The API over some trained runs (decoding/runs.py's TrainedRun), without the HTTP around it."""
 
   def __init__(self, runs, labels=None):
     self.runs = list(runs)
@@ -389,8 +394,6 @@ def serve(explorer: Explorer, host: str = '127.0.0.1', port: int = 8000) -> Expl
 
 
 def load_runs(workdirs, checkpoint: str = 'best') -> Explorer:
-  from attnlab import runs
-
   if not workdirs:
     raise UserError('--workdir is required: the run directory to explore (repeat it to see '
                     'runs side by side)')
@@ -445,7 +448,3 @@ def _serve() -> int:
     server.server_close()
   return 0
 
-
-if __name__ == '__main__':
-  define_flags()
-  cli.run(main)

@@ -65,7 +65,7 @@ def machine_name(info: dict[str, str] | None = None, cpu_count: int | None = Non
 
 def accelerator_name() -> str | None:
   """e.g. nvidia-h200-1gpu where JAX computes on a GPU/TPU; None on CPU (starts JAX: call it
-  after attnlab.parallel.tune_host_allocator)."""
+  after attnlab.runtime.parallel.tune_host_allocator)."""
   import jax
 
   backend = jax.default_backend()

@@ -34,7 +34,7 @@ moved; the libraries' full error goes to the log (the run's train.log, not the c
 not read raises `UnreadableCheckpointError`, which names the damaged file and the other
 checkpoints that read.
 
-The best checkpoint (model selection, attnlab.selection) lives apart from the rolling latest
+The best checkpoint (model selection, attnlab.train.selection) lives apart from the rolling latest
 ones, in `<directory>/best/<step>/` (items `state` = {'params': ...} and `data` = JSON about
 the selection), so `keep` never deletes it:
 
@@ -49,15 +49,9 @@ are dropped, so the best checkpoint always matches the state training continues 
 
 from __future__ import annotations
 
-import contextlib
 import json
-import logging as std_logging
-import os
-import re
-import sys
 import time
-import traceback
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import jax
@@ -67,8 +61,9 @@ from absl import logging
 from etils import epath
 from jax.experimental import multihost_utils
 
-from attnlab import console
 from attnlab.errors import UserError
+from attnlab.rundir import damage
+from attnlab.runtime import logs
 
 _ITEMS = ('state', 'data', 'config')
 BEST_DIR = 'best'
@@ -259,14 +254,14 @@ class Checkpointer:
     try:
       return self._read_params(folder, step, target_params), step
     except Exception as e:  # orbax and tensorstore raise many types for damaged files
-      _drop_orphaned_read_errors(self.directory)
+      damage.drop_orphaned_read_errors(self.directory)
       error = e
     others = self._readable_choices((folder, step), target_params)
     found = (f'these read: {", ".join(others)}' if others else
              f'no other checkpoint in {self.directory} reads either')
     raise UnreadableCheckpointError(
       f'checkpoint {self._step_dir(folder, step)} cannot be read: '
-      f'{_damage(error, self._step_dir(folder, step))}; {found}') from error
+      f'{damage.describe(error, self._step_dir(folder, step))}; {found}') from error
 
   def damaged_metadata(self) -> list[epath.Path]:
     """The `_CHECKPOINT_METADATA` files that are not JSON. Orbax keeps its record of a save
@@ -317,7 +312,7 @@ class Checkpointer:
       try:
         self._read_params(folder, step, target_params)
       except Exception:  # unreadable for any reason: not offered
-        _drop_orphaned_read_errors(self.directory)
+        damage.drop_orphaned_read_errors(self.directory)
         continue
       choices.append(f'--checkpoint={choice}' + (f' (step {step})' if choice == 'best' else ''))
     return choices
@@ -351,7 +346,7 @@ class Checkpointer:
     unreadable, first_error = {}, None
     for candidate in reversed(steps):
       try:
-        with console.library_detail_to_log_file():
+        with logs.library_detail_to_log_file():
           result = self._restore_step(candidate, abstract)
         error = None
       except Exception as e:  # Any read failure means "try an older step".
@@ -359,7 +354,7 @@ class Checkpointer:
         logging.info('reading checkpoint step %d in %s failed', candidate, self.directory,
                      exc_info=e)  # the libraries' detail: the log file, not the console
       if not _all_processes_agree(error is None):
-        unreadable[candidate] = _reason(error) if error else 'unreadable on another process'
+        unreadable[candidate] = damage.reason(error) if error else 'unreadable on another process'
         first_error = first_error or error
         continue
       if unreadable:
@@ -460,91 +455,6 @@ class Checkpointer:
       ocp.multihost.sync_global_processes(f'attnlab_set_aside_{"_".join(map(str, steps))}')
     self._manager.reload()
     return moved
-
-
-def _reason(error: BaseException, limit: int = 200) -> str:
-  """`ValueError: OUT_OF_RANGE: Error reading ...`: the type and the first line, shortened."""
-  lines = str(error).strip().splitlines()
-  text = f'{type(error).__name__}: {lines[0] if lines else ""}'
-  return text if len(text) <= limit else text[:limit - 3] + '...'
-
-
-def _damage(error: BaseException, step_dir: epath.Path) -> str:
-  """`state/manifest.ocdbt is damaged (Error decoding manifest: ...)`: the file tensorstore names
-  last (the innermost read that failed) and its complaint, else the error's first line."""
-  text = str(error).split(' [tensorstore_spec=', 1)[0].strip()
-  files = list(re.finditer(r'local file "([^"]+)"(?:: )?', text))
-  if isinstance(error, FileNotFoundError):
-    if not (step_dir / 'state').exists():
-      return 'state is missing'
-    named = re.findall(r'/\S*\w', text)  # orbax names the file or folder it looked for
-    return f'{_relative(named[-1], step_dir) if named else "a file"} is missing'
-  if files and not files[-1].group(1).endswith('/'):
-    name = _relative(files[-1].group(1), step_dir)
-    if text.startswith('NOT_FOUND'):
-      return f'{name} is missing'
-    detail = text[files[-1].end():].strip()
-    return f'{name} is damaged' + (f' ({detail})' if detail else '')
-  absent = re.search(r'Metadata at "([^"]+)/\.zarray" .*does not exist', text)
-  if files and absent:
-    return (f'{_relative(files[-1].group(1), step_dir)} has no data for {absent.group(1)} (files '
-            'are missing, manifest.ocdbt or d/)')
-  return _reason(error).replace(f'{step_dir}/', '')
-
-
-def _relative(path: str, step_dir: epath.Path) -> str:
-  """The path inside the step folder (the message names the folder once)."""
-  return path.removeprefix(f'{step_dir}/')
-
-
-_orphaned_read_dirs: set[str] = set()
-
-
-class _OrphanedReads(std_logging.Filter):
-  """asyncio's 'Future exception was never retrieved' about a read of a checkpoint directory
-  that already failed (see `_drop_orphaned_read_errors`)."""
-
-  def filter(self, record: std_logging.LogRecord) -> bool:
-    error = record.exc_info[1] if record.exc_info else None
-    return not ('never retrieved' in str(record.msg) and error is not None
-                and any(d in str(error) for d in _orphaned_read_dirs))
-
-
-def _drop_orphaned_read_errors(directory: epath.Path) -> None:
-  """From now on, drops what a failed read of `directory` leaves behind. Tensorstore finishes
-  the read's other requests on its own threads and hands each to orbax's event loop, closed by
-  then: every one becomes an unraisable `RuntimeError: Event loop is closed` or an asyncio
-  'Future exception was never retrieved' record, hundreds of lines on stderr until the process
-  exits, after the one error that says what is wrong."""
-  if not _orphaned_read_dirs:
-    std_logging.getLogger('asyncio').addFilter(_OrphanedReads())
-    previous = sys.unraisablehook
-
-    def hook(unraisable):
-      frames = traceback.extract_tb(unraisable.exc_traceback) if unraisable.exc_traceback else []
-      if not (isinstance(unraisable.exc_value, RuntimeError)
-              and str(unraisable.exc_value) == 'Event loop is closed'
-              and not any(f.filename.startswith(_PACKAGE_DIR) for f in frames)):
-        previous(unraisable)
-
-    sys.unraisablehook = hook
-  _orphaned_read_dirs.add(str(directory))
-
-
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
-
-
-@contextlib.contextmanager
-def orbax_logs_dropped() -> Iterator[None]:
-  """Within: the records of absl's logger, which orbax writes to, are dropped. Reading a run
-  back, orbax's ERROR about a `_CHECKPOINT_METADATA` that is not JSON (see `damaged_metadata`)
-  and its INFO lines are noise; the errors that matter are raised."""
-  absl_logger, drop = std_logging.getLogger('absl'), (lambda record: False)
-  absl_logger.addFilter(drop)
-  try:
-    yield
-  finally:
-    absl_logger.removeFilter(drop)
 
 
 def _jsonable(name: str, value: Any) -> dict:

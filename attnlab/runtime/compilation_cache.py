@@ -19,7 +19,7 @@ import hashlib
 import os
 import platform
 
-from attnlab import machine
+from attnlab.runtime import machine
 
 ENV = 'JAX_COMPILATION_CACHE_DIR'
 MAX_BYTES = 4 << 30  # least recently used programs go first beyond this

@@ -1,4 +1,5 @@
-"""The run directory: the check that a reused one holds the same config, and the files of a start.
+"""Starting or resuming a run: the check that a reused workdir holds the same config, and the
+files a start writes.
 
 Rerunning a command on its workdir resumes the run. Before anything is written, the config is
 compared with the run's saved `config.json` (or, without it, the config stored in the latest
@@ -17,43 +18,28 @@ Extending `train.num_steps`: the learning-rate schedule is rebuilt over the new 
 from the resumed step on. `constant` and `rsqrt` do not depend on it; `cosine` and `linear`
 then jump (usually up) at the resumed step; the message gives both learning rates.
 
-One training process at a time: `RunLock` holds an exclusive `flock` on WORKDIR/.lock for the
-whole run, and a second process on the same workdir is refused, naming the holder's pid and host
-(which the file records), before it reads or writes anything else. The kernel drops the lock
-when its process dies, however it dies, so a file left by a killed run never blocks a resume.
 """
 
 from __future__ import annotations
 
 import contextlib
-import datetime
 import difflib
-import errno
-import fcntl
 import json
-import logging
 import os
-import socket
-import tempfile
-import time
 from typing import Any
 
+from attnlab.data.sentencepiece_vocab import load_vocab
 from attnlab.errors import UserError
-
-CONFIG_FILE = 'config.json'
-CONFIG_CHANGES = 'config_changes.jsonl'
-METRICS_FILE = 'metrics.jsonl'  # one JSON event per line: {step, split, metric: value, ...}
-FINAL_METRICS_FILE = 'final_metrics.json'  # written when the run ends: the test of the best step
-VOCAB_FILES = {'source': 'source_vocab.json', 'target': 'target_vocab.json'}
-CHECKPOINTS = 'checkpoints'  # RUN/checkpoints/<step>/ (the latest ones) and best/<step>/
-# One line per process run, finished or not: {first_step, last_step, wall_s, outcome,
-# finished_at}; a resumed run adds a line (attnlab.run_report sums wall_s).
-RUN_TIMES = 'run_times.jsonl'
-# The running process's line, rewritten at every log step: a process killed without a chance
-# to append its line (SIGKILL, a machine or session that ends) leaves it, and the next start
-# (or sweep launch) appends it as outcome 'killed', so no wall time is lost.
-RUN_IN_PROGRESS = 'run_time_current.json'
-LOCK_FILE = '.lock'  # held (flock) by the process that trains in the workdir; {pid, host}
+from attnlab.rundir.checkpoint import Checkpointer
+from attnlab.rundir.layout import (
+  CONFIG_CHANGES,
+  CONFIG_FILE,
+  VOCAB_FILES,
+  checkpoint_dir,
+  now,
+  saved_steps,
+)
+from attnlab.train import optim
 
 # Keys that change neither what is trained nor how it is selected: accepted on resume.
 UNOBSERVABLE = (
@@ -80,10 +66,6 @@ RESUMABLE = (
 _ABSENT = '(absent)'
 
 
-def _now() -> str:
-  return datetime.datetime.now().astimezone().isoformat()
-
-
 class WorkdirConfigError(UserError):
   """The workdir holds a run whose config differs from this one."""
 
@@ -105,19 +87,6 @@ def config_as_json(config) -> dict:
   return json.loads(config.to_json_best_effort(sort_keys=True))
 
 
-def checkpoint_dir(workdir: str) -> str:
-  return os.path.join(workdir, CHECKPOINTS)
-
-
-def saved_steps(workdir: str, *, best: bool = False) -> list[int]:
-  """Checkpoint steps on disk, ascending: the numeric folders of RUN/checkpoints (finished
-  saves; orbax writes into a temporary name first), or of RUN/checkpoints/best."""
-  folder = checkpoint_dir(workdir)
-  if best:
-    folder = os.path.join(folder, 'best')
-  return sorted(int(n) for n in os.listdir(folder) if n.isdigit()) if os.path.isdir(folder) else []
-
-
 def saved_config(workdir: str) -> tuple[dict | None, str]:
   """The run's config dict and where it came from; (None, '') for a new workdir."""
   path = os.path.join(workdir, CONFIG_FILE)
@@ -129,8 +98,6 @@ def saved_config(workdir: str) -> tuple[dict | None, str]:
       raise WorkdirConfigError(f'{path} cannot be read ({e}); use a new --workdir, or delete '
                                'the file to compare with the latest checkpoint') from None
   if saved_steps(workdir):
-    from attnlab.checkpoint import Checkpointer  # JAX and orbax only for this rare case
-
     with Checkpointer(checkpoint_dir(workdir), keep=1) as ckpt:
       return ckpt.restore_config(), f'the latest checkpoint in {ckpt.directory}'
   return None, ''
@@ -150,8 +117,6 @@ def _may_change(key: str, old: Any, new: Any) -> bool:
 
 def schedule_note(old: dict, cfg, resume_step: int | None) -> str:
   """What extending (or shortening) train.num_steps does to the learning rate."""
-  from attnlab import optim  # JAX only when the note is needed
-
   kind, new_steps = cfg.optim.schedule, cfg.train.num_steps
   if kind in ('constant', 'rsqrt', 'plateau'):
     return f'the {kind} schedule does not depend on train.num_steps: unchanged'
@@ -190,7 +155,7 @@ def check_reuse(workdir: str, config, cfg, allow=()) -> tuple[dict, list[str]]:
 
   Args:
     workdir: the run directory (may not exist yet).
-    config: the ConfigDict of this run; cfg: its parsed `attnlab.config.RunConfig`.
+    config: the ConfigDict of this run; cfg: its parsed `attnlab.config.run.RunConfig`.
     allow: dotted keys accepted to change (`--allow_config_change`).
 
   Returns:
@@ -246,8 +211,6 @@ def check_reuse(workdir: str, config, cfg, allow=()) -> tuple[dict, list[str]]:
 
 def check_vocabularies(workdir: str, task) -> None:
   """A resumed run must build the vocabularies it was trained with."""
-  from attnlab.data.sentencepiece_vocab import load_vocab  # reads both kinds of file
-
   for side, name in VOCAB_FILES.items():
     path = os.path.join(workdir, name)
     built = getattr(task, f'{side}_vocab')
@@ -278,7 +241,7 @@ def write_start_files(workdir: str, config, task, changes: dict, resume_step: in
     _replace(config_path, write_config)
   if changes:
     record = {'step': resume_step, 'changes': {k: list(v) for k, v in changes.items()},
-              'at': _now()}
+              'at': now()}
     with open(os.path.join(workdir, CONFIG_CHANGES), 'a', encoding='utf-8') as f:
       f.write(json.dumps(record) + '\n')
   for side, name in VOCAB_FILES.items():
@@ -287,163 +250,3 @@ def write_start_files(workdir: str, config, task, changes: dict, resume_step: in
       _replace(path, getattr(task, f'{side}_vocab').save)
 
 
-def _append_run_time(workdir: str, record: dict) -> None:
-  with open(os.path.join(workdir, RUN_TIMES), 'a', encoding='utf-8') as f:
-    f.write(json.dumps(record) + '\n')
-
-
-class RunTimeRecord:
-  """This process run's line of run_times.jsonl: kept current on disk while the run goes
-  (`update`), appended with its outcome at the end (`close`). Does nothing when disabled (a
-  multi-host run's other processes)."""
-
-  def __init__(self, workdir: str, *, first_step: int, started: float, cpu_started: float,
-               enabled: bool = True, machine: str | None = None):
-    """started: time.perf_counter() when the run began; cpu_started: time.process_time() then;
-    machine: what it runs on (attnlab/machine.py), so that its times can be compared."""
-    self.workdir, self.first_step, self.started = workdir, first_step, started
-    self.cpu_started, self.machine = cpu_started, machine
-    self.enabled = enabled
-    self.update(first_step)
-
-  def _record(self, last_step: int, outcome: str) -> dict:
-    # cpu_s: the CPU time of the process's threads during the run: the compute it used, which
-    # a paused (SIGSTOP) or crowded run does not inflate as it does wall_s.
-    return {'first_step': self.first_step, 'last_step': last_step,
-            'wall_s': time.perf_counter() - self.started,
-            'cpu_s': time.process_time() - self.cpu_started,
-            'outcome': outcome, 'finished_at': _now(),
-            **({'machine': self.machine} if self.machine else {})}
-
-  def update(self, last_step: int) -> None:
-    if not self.enabled:
-      return
-    path = os.path.join(self.workdir, RUN_IN_PROGRESS)
-    with open(path + '.tmp', 'w', encoding='utf-8') as f:
-      json.dump(self._record(last_step, 'killed'), f)
-    os.replace(path + '.tmp', path)  # a kill mid-write leaves the previous record whole
-
-  def close(self, last_step: int, outcome: str) -> None:
-    """Appends the run's line (finished, stopped early, interrupted or failed)."""
-    if not self.enabled:
-      return
-    _append_run_time(self.workdir, self._record(last_step, outcome))
-    with contextlib.suppress(FileNotFoundError):
-      os.remove(os.path.join(self.workdir, RUN_IN_PROGRESS))
-
-
-def recover_killed_run(workdir: str) -> dict | None:
-  """Appends the line a killed process left in RUN_IN_PROGRESS to run_times.jsonl (outcome
-  'killed'; wall time up to its last log step) and returns it; None when there is none.
-  Call only when no process is running in `workdir`."""
-  path = os.path.join(workdir, RUN_IN_PROGRESS)
-  try:
-    with open(path, encoding='utf-8') as f:
-      record = json.load(f)
-  except FileNotFoundError:
-    return None
-  except (OSError, json.JSONDecodeError):
-    record = None  # unreadable: nothing to recover, but do not fold it again
-  if record is not None:
-    _append_run_time(workdir, record)
-  os.remove(path)
-  return record
-
-
-class WorkdirInUseError(UserError):
-  """Another process is training in the workdir."""
-
-
-def _file_on_the_way(path: str) -> str | None:
-  """The existing non-folder that `path` passes through (a/FILE/b), if any."""
-  head = os.path.dirname(path)
-  while head and head != os.path.dirname(head):
-    if os.path.lexists(head) and not os.path.isdir(head):
-      return head
-    head = os.path.dirname(head)
-  return None
-
-
-def _path_problem(workdir: str, error: OSError) -> str:
-  """One line: why `workdir` cannot hold a run, from the OSError that making it (or a file in
-  it) raised, and the way out."""
-  way_out = 'name a folder that training can create or write its files in'
-  if os.path.lexists(workdir) and not os.path.isdir(workdir):
-    problem = 'it is a file, not a folder'
-  elif error.errno == errno.ENOTDIR and _file_on_the_way(workdir):
-    problem = f'{_file_on_the_way(workdir)} is a file, not a folder'
-  elif error.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
-    problem = ('it is on a read-only file system' if error.errno == errno.EROFS
-               else 'it is not writable (permission denied)')
-    way_out = ('training (and a rerun of a finished run) writes there, so copy the run to a '
-               'writable folder to resume it, or name another --workdir')
-  else:
-    problem = f'it cannot be created or written ({error.strerror or error})'
-  return f'--workdir={workdir}: {problem}; {way_out}'
-
-
-_NO_LOCKS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS)  # a filesystem that cannot flock
-
-
-class RunLock:
-  """The workdir's lock, held from `RunLock(workdir)` until `release()` (or the process's end).
-
-  Raises `WorkdirInUseError` when another process holds it and `UserError` when `workdir` cannot
-  be a run directory (empty, a file, under a file, not writable); in both cases nothing in the
-  workdir was changed.
-  """
-
-  def __init__(self, workdir: str):
-    if not workdir:
-      raise UserError('--workdir is empty; name the folder of the run, e.g. '
-                      '--workdir=runs/reverse')
-    self.path = os.path.join(workdir, LOCK_FILE)
-    try:
-      os.makedirs(workdir, exist_ok=True)
-      # O_RDWR without O_TRUNC: a refused process leaves the holder's record as it is.
-      self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as e:
-      raise UserError(_path_problem(workdir, e)) from None
-    try:
-      fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-      holder = self._holder()
-      os.close(self._fd)
-      raise WorkdirInUseError(
-        f'--workdir={workdir} is in use: another training process ({holder}) holds {self.path}; '
-        'wait for it to finish (or stop it), or use another --workdir') from None
-    except OSError as e:
-      if e.errno not in _NO_LOCKS:
-        os.close(self._fd)
-        raise
-      logging.warning('%s cannot be locked (%s): nothing stops a second process from training '
-                      'in %s at the same time', self.path, e.strerror, workdir)
-    record = {'pid': os.getpid(), 'host': socket.gethostname(), 'since': _now()}
-    try:
-      os.ftruncate(self._fd, 0)
-      os.pwrite(self._fd, json.dumps(record).encode(), 0)
-      with tempfile.TemporaryFile(dir=workdir):  # the folder itself takes new files
-        pass
-    except OSError as e:
-      self.release()
-      raise UserError(_path_problem(workdir, e)) from None
-
-  def _holder(self) -> str:
-    """'pid P on HOST' from the lock file; the holder writes it right after locking."""
-    for _ in range(20):
-      with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-        record = json.loads(os.pread(self._fd, 4096, 0))
-        return f'pid {record["pid"]} on {record["host"]}'
-      time.sleep(0.05)
-    return 'pid and host not recorded'
-
-  def release(self) -> None:
-    if self._fd is not None:
-      os.close(self._fd)  # the only descriptor of this open file: the lock goes with it
-      self._fd = None
-
-  def __enter__(self) -> RunLock:
-    return self
-
-  def __exit__(self, *exc) -> None:
-    self.release()

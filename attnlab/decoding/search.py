@@ -18,7 +18,7 @@ finished as they are. With W = 1 this is exactly greedy search for every alpha (
 compares hypotheses of different lengths), which the tests pin.
 
 `beam_search_nbest` returns the whole finished set, W distinct hypotheses per row sorted by
-score (an n-best list); `beam_search` is its first entry.
+score (an n-best list); `NBestResult.best()` keeps the first of each row.
 """
 
 from __future__ import annotations
@@ -31,9 +31,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from attnlab.models import BOS_ID, EOS_ID, PAD_ID
-
-METHODS = ('greedy', 'beam')  # eval.search, attnlab.decode --search
+from attnlab.tokens import BOS_ID, EOS_ID, PAD_ID
 
 # Finite on purpose: dead beams are added to and divided, and -inf - -inf would make NaNs.
 NEG_INF = -1.0e9
@@ -216,34 +214,6 @@ def _gather_carry(carry: Any, origin_BxW: jax.Array, beam_size: int) -> Any:
   return jax.tree.map(lambda x: jnp.take(x, flat_N, axis=0), carry)
 
 
-def beam_search(
-  step_fn: StepFn,
-  init_carry: Any,
-  *,
-  batch_size: int,
-  beam_size: int,
-  max_length: int,
-  length_penalty: float = 0.6,
-  bos_id: int = BOS_ID,
-  eos_id: int = EOS_ID,
-) -> SearchResult:
-  """Beam search (module docstring); `init_carry` has batch_size rows, tiled here to B*W.
-
-  `length_penalty` is the GNMT alpha (0 ranks finished hypotheses by summed log-prob).
-  Returns the best finished hypothesis of every row.
-  """
-  return beam_search_nbest(
-    step_fn,
-    init_carry,
-    batch_size=batch_size,
-    beam_size=beam_size,
-    max_length=max_length,
-    length_penalty=length_penalty,
-    bos_id=bos_id,
-    eos_id=eos_id,
-  ).best()
-
-
 def beam_search_nbest(
   step_fn: StepFn,
   init_carry: Any,
@@ -255,7 +225,10 @@ def beam_search_nbest(
   bos_id: int = BOS_ID,
   eos_id: int = EOS_ID,
 ) -> NBestResult:
-  """`beam_search`, returning every finished hypothesis: W per row, sorted by score.
+  """Beam search (module docstring) from `init_carry`'s batch_size rows, tiled here to B*W.
+
+  `length_penalty` is the GNMT alpha (0 ranks finished hypotheses by summed log-prob).
+  Returns every finished hypothesis: W per row, sorted by score.
 
   They are distinct: alive beams are distinct prefixes (distinct (origin, token) pairs of
   distinct origins), so hypotheses finished at one step differ, and ones finished at
@@ -347,3 +320,31 @@ def beam_search_nbest(
     log_probs_BxK=state['fin_logp_BxW'],
     attention_BxKxTxS=state['fin_attn_BxWxTxS'],
   )
+
+
+def search_batch(model, params, src_BxS, *, method: str, beam_size: int, max_length: int,
+                 length_penalty: float) -> NBestResult:
+  """Encodes once, then searches over `model.decode_step`; jit with the sizes static.
+
+  Returns every hypothesis the search finished (beam: beam_size per row, best first; greedy:
+  one), so evaluation and `attnlab.decode` run the same search.
+  """
+  variables = {'params': params}
+  memory = model.apply(variables, src_BxS, method='encode')
+  carry = model.apply(variables, memory, max_length, method='init_decode_carry')
+  batch_size = src_BxS.shape[0]
+  if method == 'beam':
+    memory = expand_to_beams(memory, beam_size)
+  step_fn = lambda tokens, c: model.apply(variables, memory, tokens, c, method='decode_step')
+  if method == 'beam':
+    return beam_search_nbest(step_fn, carry, batch_size=batch_size, beam_size=beam_size,
+                                    max_length=max_length, length_penalty=length_penalty)
+  return NBestResult.of(
+      greedy_search(step_fn, carry, batch_size=batch_size, max_length=max_length))
+
+
+def decode_batch(model, params, src_BxS, *, method: str, beam_size: int, max_length: int,
+                 length_penalty: float) -> SearchResult:
+  """The best hypothesis of every row (`search_batch`'s first entry)."""
+  return search_batch(model, params, src_BxS, method=method, beam_size=beam_size,
+                      max_length=max_length, length_penalty=length_penalty).best()

@@ -1,35 +1,28 @@
 """The `model` config group: `ModelConfig` with its `attention` and `transformer` subgroups,
-validated against the choices each model module registers (attnlab/config.py has the others)."""
+validated against the model choices declared here (attnlab/config/run.py has the others)."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from attnlab.config_fields import ConfigError, check_choice, check_positive
+from attnlab.config.fields import ConfigError, check_choice, check_positive
 
+# The model choices. Each model module implements exactly these and checks so at import
+# (models/scoring.py, models/matmul.py), so validation needs no JAX and no model import.
+MODEL_KINDS = ('rnn', 'transformer')  # models/seq2seq.py, models/transformer.py
+CELLS = ('lstm', 'gru')  # models/recurrent.py
+DTYPES = ('float32', 'bfloat16', 'bfloat16_matmuls')  # models/matmul.py
+BRIDGES = ('dense', 'copy', 'zero')  # models/encoder.py
+SCORES = ('dot', 'scaled_dot', 'general', 'concat', 'location')  # models/scoring.py
+ATTENDING_TIMINGS = ('bahdanau', 'luong')  # models/decoder.py: when the decoder attends
+TIMINGS = (*ATTENDING_TIMINGS, 'none', 'fixed')  # none, fixed: no attention weights
+WINDOWS = ('global', 'local_m', 'local_p')  # models/attention.py
+NORMS = ('pre', 'post')  # models/transformer.py: layer norm before or after each sublayer
 
-def _model_registries():
-  """The model choices, each registered once next to its implementation in attnlab/models.
-
-  Imported on first validation, not with this module: they import JAX and Flax (~0.7 s), which
-  `import attnlab.config` (read by sweeps and launchers) does not need.
-  """
-  from attnlab.models import (
-    attention,
-    decoder,
-    encoder,
-    factory,
-    matmul,
-    recurrent,
-    scoring,
-    transformer,
-  )
-
-  return {'model.kind': factory.MODEL_KINDS, 'model.cell': recurrent.CELLS,
-          'model.dtype': tuple(matmul.MODEL_DTYPES),
-          'model.bridge': encoder.BRIDGES, 'model.attention.score': scoring.SCORES,
-          'model.attention.timing': decoder.TIMINGS, 'model.attention.window': attention.WINDOWS,
-          'model.transformer.norm': transformer.NORMS}
+_CHOICES = {'model.kind': MODEL_KINDS, 'model.cell': CELLS, 'model.dtype': DTYPES,
+            'model.bridge': BRIDGES, 'model.attention.score': SCORES,
+            'model.attention.timing': TIMINGS, 'model.attention.window': WINDOWS,
+            'model.transformer.norm': NORMS}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,9 +40,7 @@ class AttentionConfig:
   def attends(self) -> bool:
     """Whether the decoder computes attention weights (timing bahdanau or luong; none and
     fixed read the source without them)."""
-    from attnlab.models import decoder
-
-    return self.timing in decoder.ATTENDING_TIMINGS
+    return self.timing in ATTENDING_TIMINGS
 
   def describe_no_attention(self) -> str:
     """How a decoder without attention reads the source, in a few words (console, explorer)."""
@@ -58,7 +49,7 @@ class AttentionConfig:
     return 'no attention'
 
   def validate(self, prefix: str = 'model.attention') -> None:
-    choices = _model_registries()
+    choices = _CHOICES
     for key in ('score', 'timing', 'window'):
       check_choice(f'{prefix}.{key}', getattr(self, key), choices[f'model.attention.{key}'])
     check_positive(f'{prefix}.window_radius', self.window_radius)
@@ -95,7 +86,7 @@ class TransformerConfig:
     check_positive(f'{prefix}.num_heads', self.num_heads)
     check_positive(f'{prefix}.mlp_dim', self.mlp_dim)
     check_positive(f'{prefix}.max_length', self.max_length)
-    check_choice(f'{prefix}.norm', self.norm, _model_registries()['model.transformer.norm'])
+    check_choice(f'{prefix}.norm', self.norm, _CHOICES['model.transformer.norm'])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,7 +107,7 @@ class ModelConfig:
   _nested = {'attention': AttentionConfig, 'transformer': TransformerConfig}
 
   def validate(self, prefix: str = 'model') -> None:
-    choices = _model_registries()
+    choices = _CHOICES
     for key in ('kind', 'cell', 'bridge', 'dtype'):
       check_choice(f'{prefix}.{key}', getattr(self, key), choices[f'model.{key}'])
     for key in ('embed_dim', 'hidden_size', 'encoder_layers', 'decoder_layers'):

@@ -32,7 +32,7 @@ class NonFiniteLossError(DivergenceError):
 
 
 def advice(cfg) -> str:
-  """What to change, given the config (`cfg`: attnlab.config.RunConfig)."""
+  """What to change, given the config (`cfg`: attnlab.config.run.RunConfig)."""
   optim = cfg.optim
   tips = [f'lower optim.learning_rate (now {optim.learning_rate:g})']
   tips.append(f'lengthen optim.warmup_steps (now {optim.warmup_steps})')

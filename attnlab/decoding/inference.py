@@ -15,7 +15,7 @@ symbols) into `Decoded` results, in input order:
     batches of `batch_size` rows. A smaller batch is padded to the fewest rows of a shape
     already compiled for its length, else to a power of two: a file compiles one shape per
     length bucket, a line typed at a terminal a one-row shape (`compilations` counts traces).
-  * Search is `attnlab.evaluate.search_batch`, the function evaluation runs, so decoding an
+  * Search is decoding/search.py's `search_batch`, the function evaluation runs, so decoding an
     eval split's sources gives its predictions. `nbest=K` keeps the K best finished beam
     hypotheses (distinct, best first); `heads=True` also returns each cross-attention head's
     weights (per layer for a Transformer), recomputed by feeding the chosen hypothesis back
@@ -35,11 +35,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from attnlab import evaluate, search
-from attnlab.config_fields import ConfigError, check_choice
+from attnlab.config.fields import ConfigError, check_choice
+from attnlab.config.run import SEARCH_METHODS
 from attnlab.data.pipeline import pad_rows, padded_length
 from attnlab.data.vocab import split_text
-from attnlab.models import BOS_ID, UNK_ID
+from attnlab.decoding import search as search_lib
+from attnlab.tokens import BOS_ID, UNK_ID
 
 
 @dataclasses.dataclass
@@ -142,7 +143,7 @@ class Decoder:
     self._check()
     self.compilations = collections.Counter()
     self.compiled_rows: dict[int, set[int]] = collections.defaultdict(set)  # S -> row counts
-    search_fn = functools.partial(evaluate.search_batch, run.model, method=self.search,
+    search_fn = functools.partial(search_lib.search_batch, run.model, method=self.search,
                                   beam_size=self.beam_size, length_penalty=self.length_penalty)
     self._search = jax.jit(_counted(search_fn, self.compilations, 'search'),
                            static_argnames=('max_length',))
@@ -150,7 +151,7 @@ class Decoder:
                                    self.compilations, 'heads'))
 
   def _check(self) -> None:
-    check_choice('--search', self.search, search.METHODS)
+    check_choice('--search', self.search, SEARCH_METHODS)
     for name in ('beam_size', 'max_decode_length', 'batch_size'):
       if getattr(self, name) < 1:
         raise ConfigError(f'--{name}={getattr(self, name)} must be a positive integer')
@@ -226,7 +227,7 @@ class Decoder:
       out_NxT = np.asarray(found.tokens_BxKxT[:, :K]).reshape(rows * K, -1)
       head_weights = jax.device_get(self._heads(self.run.params, src_NxS, out_NxT))
     tgt_vocab = self.run.target_vocab
-    valid_BxK = np.asarray(found.scores_BxK) > search.NEG_INF / 2
+    valid_BxK = np.asarray(found.scores_BxK) > search_lib.NEG_INF / 2
     for b, (result, ids) in enumerate(members):
       for k in range(nbest):
         if not valid_BxK[b, k]:

@@ -1,6 +1,6 @@
 """The checks every config group shares: `ConfigError`, a value among its choices, a positive
 integer, and building a group's dataclass from its mapping (an unknown or missing key names the
-dotted key). attnlab/config.py and attnlab/model_config.py define the groups."""
+dotted key). attnlab/config/run.py and attnlab/config/model.py define the groups."""
 
 from __future__ import annotations
 

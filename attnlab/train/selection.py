@@ -3,12 +3,12 @@
 At every evaluation (`train.eval_every` and the last step) the metric `train.select_metric` of
 the eval split is compared with the best value so far; an improvement makes that step the
 selected one and its parameters are saved apart from the rolling latest checkpoints
-(attnlab.checkpoint). An equal value improves only with a lower teacher-forced eval loss (a
+(attnlab.rundir.checkpoint). An equal value improves only with a lower teacher-forced eval loss (a
 coarse metric such as exact match stays at 0 for long early in training; the earlier of two
 exact ties wins). `train.patience` > 0
 stops training after that many evaluations in a row without improvement. With
 `optim.schedule=plateau` every `optim.plateau_patience` evaluations without improvement (counted
-since the best or the last cut) call for a learning-rate cut, which attnlab.train applies. At
+since the best or the last cut) call for a learning-rate cut, which attnlab.train.loop applies. At
 the end the test split is evaluated with the selected checkpoint.
 
 `DIRECTIONS` is the one table of which way each metric improves; `TASK_METRICS` holds the
@@ -24,23 +24,9 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from attnlab.config import ConfigError
-
-SELECT_SPLIT = 'eval'  # never the test split: it must stay unseen until the end
-
-# 'max': higher is better; 'min': lower is better. Names as attnlab.evaluate reports them.
-DIRECTIONS = {
-  'sequence_accuracy': 'max',  # exact match of the decoded output (dates, synthetic tasks)
-  'token_accuracy': 'max',  # teacher-forced
-  'teacher_forced_sequence_accuracy': 'max',
-  'bleu': 'max',  # sacrebleu corpus BLEU, 0-100
-  'chrf': 'max',
-  'wer': 'min',  # G2P word error rate
-  'per': 'min',  # G2P phone error rate
-  'loss': 'min',  # teacher-forced cross-entropy per token
-  'perplexity': 'min',
-  'alignment_error_rate': 'min',
-}
+from attnlab.config.fields import ConfigError
+from attnlab.config.run import SELECT_METRICS, SELECT_SPLIT
+from attnlab.metrics import DIRECTIONS
 
 # The metric `train.select_metric='auto'` picks per task; every other task selects on
 # sequence_accuracy (exact match: synthetic tasks and dates).
@@ -51,7 +37,6 @@ TASK_METRICS = {
   'bible': 'bleu',
 }
 DEFAULT_METRIC = 'sequence_accuracy'
-CHOICES = ('auto', *sorted(DIRECTIONS))
 
 
 def resolve_metric(select_metric: str, task_name: str) -> str:
@@ -59,7 +44,7 @@ def resolve_metric(select_metric: str, task_name: str) -> str:
   if select_metric == 'auto':
     return TASK_METRICS.get(task_name, DEFAULT_METRIC)
   if select_metric not in DIRECTIONS:
-    raise ValueError(f'unknown metric {select_metric!r}; choose from {", ".join(CHOICES)}')
+    raise ValueError(f'unknown metric {select_metric!r}; choose from {", ".join(SELECT_METRICS)}')
   return select_metric
 
 

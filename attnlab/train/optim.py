@@ -21,8 +21,8 @@ With W = 0 the warmup is skipped (rsqrt then decays as peak / sqrt(step) from st
 
 `plateau` (reduce on plateau, as Bahdanau et al. 2015 and Luong et al. 2015 trained and
 Joey NMT / OpenNMT-py offer): `scale` starts at 1 and is multiplied by `plateau_factor` each
-time the eval metric has not improved for `plateau_patience` evaluations (attnlab.selection
-decides, attnlab.train applies it). The scale is part of the optimiser state (the last link of
+time the eval metric has not improved for `plateau_patience` evaluations (attnlab.train.selection
+decides, attnlab.train.loop applies it). The scale is part of the optimiser state (the last link of
 the chain, `LrScaleState`), so checkpoints carry it and a resumed run continues at the same
 learning rate; warmup still multiplies it. With `plateau_min_scale` > 0 a cut that would take
 the scale below it ends the run instead (`next_plateau_scale` is None).
@@ -39,8 +39,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from attnlab.config import OptimConfig
-from attnlab.config_fields import ConfigError, from_group
+from attnlab.config.fields import ConfigError, from_group
+from attnlab.config.run import OptimConfig
 
 Schedule = Callable[[jnp.ndarray | int], jnp.ndarray]
 

@@ -3,15 +3,15 @@
 Cadences: training metrics every `train.log_every` steps, evaluation of `eval.splits` (with
 decoding, samples and attention heatmaps) every `train.eval_every`, checkpoints every
 `train.checkpoint_every`; the last step always evaluates and checkpoints. Each evaluation
-updates the model selection (attnlab.selection): an improvement on the eval split saves the
+updates the model selection (attnlab.train.selection): an improvement on the eval split saves the
 best checkpoint, `train.patience` evaluations without one stop the run early, and with
 `optim.schedule=plateau` `optim.plateau_patience` of them cut the learning rate (a cut below
 `optim.plateau_min_scale` stops the run instead). At the end the test split is evaluated with
 the best checkpoint. A diverging loss stops the run before that step is saved
-(attnlab.divergence).
+(attnlab.train.divergence).
 
 Rerunning the same command resumes from the latest checkpoint with the same data order and
-selection state; a changed config is refused first (attnlab.workdir). Only process 0 writes
+selection state; a changed config is refused first (train/resume.py). Only process 0 writes
 files other than checkpoints, and it holds the workdir's lock for the whole run, so a second
 run on the same workdir is refused before it reads or writes anything there.
 """
@@ -32,28 +32,21 @@ import ml_collections
 import numpy as np
 from jax.experimental import multihost_utils
 
-from attnlab import (
-  checkpoint,
-  console,
-  data,
-  divergence,
-  interrupt,
-  machine,
-  metrics,
-  optim,
-  steps,
-  writers,
-)
-from attnlab import config as config_lib
-from attnlab import workdir as workdir_lib
-from attnlab.divergence import DivergenceError, NonFiniteLossError  # noqa: F401 (callers)
+from attnlab import data, metrics
+from attnlab.config import run as config_lib
+from attnlab.config.run import SELECT_SPLIT
 from attnlab.errors import UserError
-from attnlab.evaluate import Evaluator
 from attnlab.models.factory import build_model
-from attnlab.parallel import DataParallel
-from attnlab.selection import SELECT_SPLIT, Selection, resolve_metric
+from attnlab.rundir import checkpoint, console, layout, run_times, writers
+from attnlab.rundir import lock as run_lock
+from attnlab.runtime import interrupt, logs, machine
+from attnlab.runtime.parallel import DataParallel
+from attnlab.train import divergence, optim, resume, steps
+from attnlab.train.divergence import DivergenceError, NonFiniteLossError  # noqa: F401 (callers)
+from attnlab.train.evaluation import Evaluator
+from attnlab.train.selection import Selection, resolve_metric
 
-RUN_TIMES = workdir_lib.RUN_TIMES
+RUN_TIMES = layout.RUN_TIMES
 
 
 def init_state(model, tx, cfg: config_lib.RunConfig) -> steps.TrainState:
@@ -115,7 +108,7 @@ class Run:
   loss: float = math.nan  # the latest logged training loss: saved with each checkpoint
   resumed_step: int | None = None  # the checkpoint this run resumed from
   resumed_loss: float | None = None  # the training loss saved with it
-  run_time: workdir_lib.RunTimeRecord | None = None  # this process's line of run_times.jsonl
+  run_time: run_times.RunTimeRecord | None = None  # this process's line of run_times.jsonl
 
 
 def setup(config: ml_collections.ConfigDict, workdir: str, allow_config_change=(), *,
@@ -127,19 +120,19 @@ def setup(config: ml_collections.ConfigDict, workdir: str, allow_config_change=(
   started = time.perf_counter() if started is None else started
   cpu_started = time.process_time() if cpu_started is None else cpu_started
   cfg = config_lib.parse(config)  # every key and value checked before anything compiles
-  changes, change_notes = workdir_lib.check_reuse(workdir, config, cfg, allow_config_change)
+  changes, change_notes = resume.check_reuse(workdir, config, cfg, allow_config_change)
   parallel = DataParallel(cfg.parallel.mode, devices=_devices(cfg.parallel.num_devices))
   parallel.check_batch_size(cfg.data.global_batch_size)
   is_writer = jax.process_index() == 0
   task = data.load_task(cfg)
-  workdir_lib.check_vocabularies(workdir, task)
+  resume.check_vocabularies(workdir, task)
   if is_writer:
-    resume_step = (workdir_lib.saved_steps(workdir) or [None])[-1]
-    workdir_lib.write_start_files(workdir, config, task, changes, resume_step)
-    killed = workdir_lib.recover_killed_run(workdir)
+    resume_step = (layout.saved_steps(workdir) or [None])[-1]
+    resume.write_start_files(workdir, config, task, changes, resume_step)
+    killed = run_times.recover_killed_run(workdir)
     if killed:
       logging.info('an earlier process was killed at step %d after %.0f s; recorded in %s',
-                   killed['last_step'], killed['wall_s'], workdir_lib.RUN_TIMES)
+                   killed['last_step'], killed['wall_s'], layout.RUN_TIMES)
   for note in change_notes:
     logging.warning('config change accepted on resume: %s', note)
   for warning in config_warnings(cfg):
@@ -147,7 +140,7 @@ def setup(config: ml_collections.ConfigDict, workdir: str, allow_config_change=(
   model = build_model(cfg.model, task.source_vocab.size, task.target_vocab.size)
   tx, schedule = optim.make_optimizer(cfg.optim, cfg.train.num_steps)
   state = init_state(model, tx, cfg)
-  ckpt = checkpoint.Checkpointer(workdir_lib.checkpoint_dir(workdir),
+  ckpt = checkpoint.Checkpointer(layout.checkpoint_dir(workdir),
                                  keep=cfg.train.keep_checkpoints)
   selection = None
   if SELECT_SPLIT in cfg.eval.splits:
@@ -176,7 +169,7 @@ def setup(config: ml_collections.ConfigDict, workdir: str, allow_config_change=(
                                   eval_every=cfg.train.eval_every)
   for line in console.start_summary(
       cfg, num_params=num_params, num_devices=parallel.num_devices, workdir=workdir,
-      log=console.log_path(workdir, jax.process_index()), selection=selection,
+      log=layout.log_path(workdir, jax.process_index()), selection=selection,
       start_step=start, filtered=batches.num_filtered):
     progress.note(line)
   run = Run(cfg=cfg, config_dict=config.to_dict(), workdir=workdir, parallel=parallel,
@@ -192,7 +185,7 @@ def setup(config: ml_collections.ConfigDict, workdir: str, allow_config_change=(
             step=start, lr_scale=optim.lr_scale(state.opt_state) or 1.0,
             resumed_step=start if restored is not None else None,
             resumed_loss=data_state.get('loss'),
-            run_time=workdir_lib.RunTimeRecord(workdir, first_step=start, started=started,
+            run_time=run_times.RunTimeRecord(workdir, first_step=start, started=started,
                                                cpu_started=cpu_started, enabled=is_writer,
                                                machine=machine.default_machine_name()))
   run.stopped_early = stops_early(run)  # a rerun of a run that stopped early trains no more
@@ -378,19 +371,19 @@ def _write_final(run: Run, tested_step: int, final: dict) -> None:
                       'trained_steps': run.step, 'stopped_early': run.stopped_early})
   if not run.is_writer:
     return
-  with open(os.path.join(run.workdir, workdir_lib.FINAL_METRICS_FILE), 'w') as f:
+  with open(os.path.join(run.workdir, layout.FINAL_METRICS_FILE), 'w') as f:
     json.dump({'step': tested_step, 'trained_steps': run.step, 'num_params': run.num_params,
                'selection': chosen, **writers.to_json(final)}, f, indent=2)
 
 
 def lock_workdir(workdir: str) -> contextlib.AbstractContextManager:
-  """Process 0's hold on the workdir for the whole run (attnlab.workdir.RunLock); the job's
+  """Process 0's hold on the workdir for the whole run (rundir/lock.py); the job's
   other processes write only checkpoints, as process 0 directs, and take no lock. They learn
   whether process 0 got it, so that a refused job stops as a whole with its error."""
   lock, refused = None, None
   if jax.process_index() == 0:
     try:
-      lock = workdir_lib.RunLock(workdir)
+      lock = run_lock.RunLock(workdir)
     except UserError as e:
       refused = e
   if jax.process_count() > 1:
@@ -413,7 +406,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
   """
   started, cpu_started = time.perf_counter(), time.process_time()
   config_lib.parse(config)  # a config mistake leaves nothing behind, not even the lock file
-  workdir_lib.check_allowed_changes(workdir, config, allow_config_change)
+  resume.check_allowed_changes(workdir, config, allow_config_change)
   with lock_workdir(workdir):
     return _train_and_evaluate(config, workdir, allow_config_change, started, cpu_started)
 
@@ -423,7 +416,7 @@ def _train_and_evaluate(config, workdir: str, allow_config_change, started: floa
   run, state, batches, start = setup(config, workdir, allow_config_change,
                                      started=started, cpu_started=cpu_started)
   outcome = 'failed'
-  with console.log_file(workdir, jax.process_index()) as log:
+  with logs.log_file(layout.log_path(workdir, jax.process_index())) as log:
     try:
       p_state, latest = train_loop(run, state, batches, start)
       tested_step, final = final_evaluation(run, p_state, latest)

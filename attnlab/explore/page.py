@@ -1,4 +1,4 @@
-"""The explorer's one page: its body, style and script (served by attnlab/explore.py).
+"""The explorer's one page: its body, style and script (served by attnlab/explore/server.py).
 
 Static HTML: no user text or token is ever written into it on the server. The script fetches
 /api/runs (one pane per run, side by side) and /api/examples, posts the input to /api/decode

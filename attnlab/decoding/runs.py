@@ -6,10 +6,10 @@ What train.py leaves in a run directory and what is read here:
     RUN/source_vocab.json, target_vocab.json
                                           the tokenizers; a SentencePiece model is stored
                                           inside its file, so nothing outside RUN is needed
-    RUN/checkpoints/<step>/               orbax checkpoints (attnlab.checkpoint)
+    RUN/checkpoints/<step>/               orbax checkpoints (attnlab.rundir.checkpoint)
 
 `load_run(workdir, checkpoint='best')` returns a `TrainedRun` whose `decode` answers new
-inputs (attnlab.inference). `checkpoint` is 'best' (the checkpoint model selection kept; the
+inputs (decoding/inference.py). `checkpoint` is 'best' (the checkpoint model selection kept; the
 latest one, with a note, when the run recorded none), 'latest' or a step number; only the
 parameters are read (`Checkpointer.restore_params`), not the optimiser state. A directory
 that is not a finished-enough run raises `RunDirError` (a `UserError`: one line on the
@@ -30,22 +30,24 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from attnlab import checkpoint as checkpoint_lib
-from attnlab import config as config_lib
-from attnlab import workdir as workdir_lib
+from attnlab.config import run as config_lib
+from attnlab.data.sentencepiece_vocab import load_vocab
+from attnlab.data.tasks import DataError
+from attnlab.decoding import inference
 from attnlab.errors import UserError
 from attnlab.models.factory import build_model
+from attnlab.rundir import checkpoint as checkpoint_lib
+from attnlab.rundir import damage, layout
 
 CHECKPOINT_CHOICES = ('best', 'latest')  # or a step number
-VOCAB_FILES = ('source_vocab.json', 'target_vocab.json')
 
 
 class RunDirError(UserError):
   """A workdir that cannot be used: missing, no config, no vocabularies or no checkpoint."""
 
 
-BASE_CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                           'configs', 'base.py')  # in a checkout of the repository
+_REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BASE_CONFIG = os.path.join(_REPOSITORY, 'configs', 'base.py')  # in a checkout of the repository
 
 
 def current_defaults() -> dict | None:
@@ -78,7 +80,7 @@ def read_config(workdir: str) -> tuple[config_lib.RunConfig, dict, list[str]]:
   training it further) takes the key's default from configs/base.py and names it, since new
   keys default to the old behaviour. Without configs/ at hand a missing key is an error.
   """
-  path = os.path.join(workdir, 'config.json')
+  path = os.path.join(workdir, layout.CONFIG_FILE)
   if not os.path.isdir(workdir):
     raise RunDirError(f'run directory {workdir} does not exist')
   if not os.path.isfile(path):
@@ -100,11 +102,8 @@ def read_config(workdir: str) -> tuple[config_lib.RunConfig, dict, list[str]]:
 
 def read_vocabularies(workdir: str):
   """(source, target) tokenizers saved with the run: `Vocab` or `SentencePieceVocab`."""
-  from attnlab.data.sentencepiece_vocab import load_vocab  # reads both kinds of file
-  from attnlab.data.tasks import DataError
-
   vocabs = []
-  for name in VOCAB_FILES:
+  for name in layout.VOCAB_FILES.values():
     path = os.path.join(workdir, name)
     if not os.path.isfile(path):
       raise RunDirError(f'{workdir} has no {name}; train.py writes it when a run starts')
@@ -171,8 +170,6 @@ class TrainedRun:
     config), batch_size (default data.global_batch_size), max_input_length (default
     data.max_source_length; 0 = only the model's own limit).
     """
-    from attnlab import inference
-
     key = tuple(sorted(settings.items()))
     if key not in self._decoders:
       self._decoders[key] = inference.Decoder(self, **settings)
@@ -192,15 +189,15 @@ def load_run(workdir: str, checkpoint: str | int = 'best') -> TrainedRun:
   workdir = os.fspath(workdir)
   cfg, raw, added = read_config(workdir)
   source_vocab, target_vocab = read_vocabularies(workdir)
-  available = workdir_lib.saved_steps(workdir)
+  available = layout.saved_steps(workdir)
   if not available:
-    raise RunDirError(f'{workdir} has no checkpoint in {workdir_lib.checkpoint_dir(workdir)}; '
+    raise RunDirError(f'{workdir} has no checkpoint in {layout.checkpoint_dir(workdir)}; '
                       f'training saves one every train.checkpoint_every='
                       f'{cfg.train.checkpoint_every} steps and at the end')
   model = build_model(cfg.model, source_vocab.size, target_vocab.size)
   target = abstract_params(model, cfg)
-  with checkpoint_lib.orbax_logs_dropped():  # its errors that matter are raised, one line each
-    ckpt = checkpoint_lib.Checkpointer(workdir_lib.checkpoint_dir(workdir),
+  with damage.orbax_logs_dropped():  # its errors that matter are raised, one line each
+    ckpt = checkpoint_lib.Checkpointer(layout.checkpoint_dir(workdir),
                                        keep=cfg.train.keep_checkpoints, read_only=True)
     try:
       which, note = choose_checkpoint(ckpt, checkpoint)

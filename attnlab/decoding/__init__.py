@@ -1,0 +1,3 @@
+"""Decoding: greedy and beam search (search.py), decoding raw text with a trained model
+(inference.py), attention heatmaps of decoded outputs (heatmaps.py) and loading a finished run
+for use (runs.py: attnlab.load_run)."""

@@ -1,0 +1,80 @@
+"""The run directory's files and folders: their names, and the readers every command shares.
+
+A run directory (`--workdir`) holds config.json, the vocabularies, metrics.jsonl, checkpoints/
+(the latest few and best/), samples/, attention/, predictions_<split>.jsonl, final_metrics.json,
+run_times.jsonl, train.log and tensorboard/ (docs/running.md lists them). A sweep archive keeps
+a trial's large text files gzip-compressed (attnlab/sweeps/archive.py).
+"""
+
+from __future__ import annotations
+
+import datetime
+import gzip
+import os
+
+CONFIG_FILE = 'config.json'
+CONFIG_CHANGES = 'config_changes.jsonl'
+METRICS_FILE = 'metrics.jsonl'  # one JSON event per line: {step, split, metric: value, ...}
+FINAL_METRICS_FILE = 'final_metrics.json'  # written when the run ends: the test of the best step
+VOCAB_FILES = {'source': 'source_vocab.json', 'target': 'target_vocab.json'}
+CHECKPOINTS = 'checkpoints'  # RUN/checkpoints/<step>/ (the latest ones) and best/<step>/
+# One line per process run, finished or not: {first_step, last_step, wall_s, outcome,
+# finished_at}; a resumed run adds a line (attnlab.run_report sums wall_s).
+RUN_TIMES = 'run_times.jsonl'
+# The running process's line, rewritten at every log step: a process killed without a chance
+# to append its line (SIGKILL, a machine or session that ends) leaves it, and the next start
+# (or sweep launch) appends it as outcome 'killed', so no wall time is lost.
+RUN_IN_PROGRESS = 'run_time_current.json'
+# A sweep archive (attnlab/sweeps/archive.py) keeps its large text files gzip-compressed, as
+# NAME.gz: `open_text` reads either form.
+COMPRESSED = '.gz'
+LOCK_FILE = '.lock'  # held (flock) by the process that trains in the workdir; {pid, host}
+SAMPLES = 'samples'  # decoded examples of each eval: samples/<split>_step<N>.txt
+ATTENTION = 'attention'  # heatmaps of each eval: attention/<split>_step<N>_ex<I>.png and .npz
+EVALUATIONS = 'evaluations'  # attnlab.evaluate's results: evaluations/<settings>/
+TENSORBOARD = 'tensorboard'
+LOG_FILE = 'train.log'  # the libraries' logs of process 0 (attnlab/runtime/logs.py)
+
+
+def predictions_file(split: str) -> str:
+  """predictions_<split>.jsonl: one decoded example per line (train/evaluation.py)."""
+  return f'predictions_{split}.jsonl'
+
+
+TEST_PREDICTIONS = predictions_file('test')  # what the reports read of a finished trial
+
+
+def log_path(workdir: str, process_index: int) -> str:
+  """train.log, or train.process<p>.log for process p > 0 of a multi-process job."""
+  name = LOG_FILE if process_index == 0 else f'train.process{process_index}.log'
+  return os.path.join(workdir, name)
+
+
+def now() -> str:
+  """The local time with its offset, as run records store it."""
+  return datetime.datetime.now().astimezone().isoformat()
+
+
+def open_text(path: str):
+  """Opens the UTF-8 text file `path` for reading, or its gzip-compressed copy `path` +
+  COMPRESSED where a sweep archive keeps it (a trial restored from one keeps it so too). Bad
+  bytes read as U+FFFD, as from a line cut by an interruption. FileNotFoundError when neither
+  exists. Every reader of a run's metrics.jsonl, predictions and sweep log goes through here."""
+  if os.path.isfile(path):
+    return open(path, encoding='utf-8', errors='replace')  # noqa: SIM115 - the caller closes it
+  if os.path.isfile(path + COMPRESSED):
+    return gzip.open(path + COMPRESSED, 'rt', encoding='utf-8', errors='replace')
+  raise FileNotFoundError(f'no {path} (nor {path}{COMPRESSED})')
+
+
+def checkpoint_dir(workdir: str) -> str:
+  return os.path.join(workdir, CHECKPOINTS)
+
+
+def saved_steps(workdir: str, *, best: bool = False) -> list[int]:
+  """Checkpoint steps on disk, ascending: the numeric folders of RUN/checkpoints (finished
+  saves; orbax writes into a temporary name first), or of RUN/checkpoints/best."""
+  folder = checkpoint_dir(workdir)
+  if best:
+    folder = os.path.join(folder, 'best')
+  return sorted(int(n) for n in os.listdir(folder) if n.isdigit()) if os.path.isdir(folder) else []

@@ -1,0 +1,75 @@
+"""run_times.jsonl: one line per process run of a training, finished, stopped or killed, so
+that no wall or CPU time is lost or counted twice (attnlab.run_report and sweep reports sum it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+
+from attnlab.rundir.layout import RUN_IN_PROGRESS, RUN_TIMES, now
+
+
+def _append_run_time(workdir: str, record: dict) -> None:
+  with open(os.path.join(workdir, RUN_TIMES), 'a', encoding='utf-8') as f:
+    f.write(json.dumps(record) + '\n')
+
+
+class RunTimeRecord:
+  """This process run's line of run_times.jsonl: kept current on disk while the run goes
+  (`update`), appended with its outcome at the end (`close`). Does nothing when disabled (a
+  multi-host run's other processes)."""
+
+  def __init__(self, workdir: str, *, first_step: int, started: float, cpu_started: float,
+               enabled: bool = True, machine: str | None = None):
+    """started: time.perf_counter() when the run began; cpu_started: time.process_time() then;
+    machine: what it runs on (attnlab/runtime/machine.py), so that its times can be compared."""
+    self.workdir, self.first_step, self.started = workdir, first_step, started
+    self.cpu_started, self.machine = cpu_started, machine
+    self.enabled = enabled
+    self.update(first_step)
+
+  def _record(self, last_step: int, outcome: str) -> dict:
+    # cpu_s: the CPU time of the process's threads during the run: the compute it used, which
+    # a paused (SIGSTOP) or crowded run does not inflate as it does wall_s.
+    return {'first_step': self.first_step, 'last_step': last_step,
+            'wall_s': time.perf_counter() - self.started,
+            'cpu_s': time.process_time() - self.cpu_started,
+            'outcome': outcome, 'finished_at': now(),
+            **({'machine': self.machine} if self.machine else {})}
+
+  def update(self, last_step: int) -> None:
+    if not self.enabled:
+      return
+    path = os.path.join(self.workdir, RUN_IN_PROGRESS)
+    with open(path + '.tmp', 'w', encoding='utf-8') as f:
+      json.dump(self._record(last_step, 'killed'), f)
+    os.replace(path + '.tmp', path)  # a kill mid-write leaves the previous record whole
+
+  def close(self, last_step: int, outcome: str) -> None:
+    """Appends the run's line (finished, stopped early, interrupted or failed)."""
+    if not self.enabled:
+      return
+    _append_run_time(self.workdir, self._record(last_step, outcome))
+    with contextlib.suppress(FileNotFoundError):
+      os.remove(os.path.join(self.workdir, RUN_IN_PROGRESS))
+
+
+def recover_killed_run(workdir: str) -> dict | None:
+  """Appends the line a killed process left in RUN_IN_PROGRESS to run_times.jsonl (outcome
+  'killed'; wall time up to its last log step) and returns it; None when there is none.
+  Call only when no process is running in `workdir`."""
+  path = os.path.join(workdir, RUN_IN_PROGRESS)
+  try:
+    with open(path, encoding='utf-8') as f:
+      record = json.load(f)
+  except FileNotFoundError:
+    return None
+  except (OSError, json.JSONDecodeError):
+    record = None  # unreadable: nothing to recover, but do not fold it again
+  if record is not None:
+    _append_run_time(workdir, record)
+  os.remove(path)
+  return record
