@@ -185,9 +185,15 @@ def sequence_accuracy(hyps: Sequence[Sequence], refs: Sequence[Sequence]) -> flo
 
 
 def bleu_chrf(
-  hyps: Sequence[str], refs: Sequence[str] | Sequence[Sequence[str]], *, tokenize: str = '13a'
-) -> dict[str, float]:
-  """Corpus BLEU and chrF (sacrebleu, 0-100) of detokenized strings.
+  hyps: Sequence[str],
+  refs: Sequence[str] | Sequence[Sequence[str]],
+  *,
+  tokenize: str = '13a',
+  signature: bool = False,
+) -> dict[str, Any]:
+  """Corpus BLEU and chrF (sacrebleu, 0-100) of detokenized strings; with `signature`, also
+  'sacrebleu': both metrics' sacrebleu signatures (references, case, tokenizer, smoothing,
+  version), so that a reader can compare the numbers with others' or recompute them.
 
   Args:
     hyps: one detokenized output string per source.
@@ -195,19 +201,27 @@ def bleu_chrf(
       number may vary between sources).
     tokenize: sacrebleu's BLEU tokenizer ('13a' is its default; 'none' for pre-split text).
   """
-  bleu, chrf = _corpus_scores('bleu_chrf', hyps, refs, tokenize)
-  return {'bleu': float(bleu.score), 'chrf': float(chrf.score)}
+  bleu, chrf, signatures = _corpus_scores('bleu_chrf', hyps, refs, tokenize)
+  out = {'bleu': float(bleu.score), 'chrf': float(chrf.score)}
+  if signature:
+    out['sacrebleu'] = signatures
+  return out
 
 
 def _corpus_scores(name: str, hyps, refs, tokenize: str = '13a'):
-  """sacrebleu's corpus BLEU and chrF score objects (arguments as `bleu_chrf`)."""
+  """sacrebleu's corpus BLEU and chrF score objects and their signatures, `BLEU ...; chrF ...`
+  (arguments as `bleu_chrf`)."""
   per_source = _references_per_source(name, hyps, refs)
   # sacrebleu takes reference *streams* (the k-th reference of every source); None marks a
   # source with fewer references.
   num_streams = max(len(r) for r in per_source)
   streams = [[r[k] if k < len(r) else None for r in per_source] for k in range(num_streams)]
-  bleu = sacrebleu.corpus_bleu(list(hyps), streams, tokenize=tokenize)
-  return bleu, sacrebleu.corpus_chrf(list(hyps), streams)
+  bleu_metric, chrf_metric = sacrebleu.metrics.BLEU(tokenize=tokenize), sacrebleu.metrics.CHRF()
+  bleu = bleu_metric.corpus_score(list(hyps), streams)
+  chrf = chrf_metric.corpus_score(list(hyps), streams)
+  signatures = (f'BLEU {bleu_metric.get_signature().format()}; '
+                f'chrF {chrf_metric.get_signature().format()}')
+  return bleu, chrf, signatures
 
 
 # bleu_statistics() columns: hypothesis length, closest reference length, matching n-grams for
@@ -326,7 +340,7 @@ def bleu_by_length(
     index = np.flatnonzero(chosen)
     bucket = {'bucket': name, 'count': int(index.size), **dict.fromkeys(BUCKET_SCORES)}
     if index.size:
-      bleu, chrf = _corpus_scores('bleu_by_length', [hyps[i] for i in index],
+      bleu, chrf, _ = _corpus_scores('bleu_by_length', [hyps[i] for i in index],
                                   [refs[i] for i in index])
       bucket.update(bleu=float(bleu.score), chrf=float(chrf.score), brevity_penalty=float(bleu.bp),
                     length_ratio=bleu.sys_len / bleu.ref_len if bleu.ref_len else None)

@@ -131,7 +131,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.eval.splits = ('eval',)  # splits evaluated during training; 'test' is added at the end
 
   c.parallel = ml_collections.ConfigDict()
-  c.parallel.mode = 'pmap'  # pmap | shard_map (jit over a device Mesh)
+  c.parallel.mode = 'shard_map'  # shard_map (jit over a device Mesh) | pmap
   c.parallel.num_devices = 0  # 0 = every device of every process; N = first N (one process)
   return c
 

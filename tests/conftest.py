@@ -159,7 +159,8 @@ def _compiled_programs_do_not_pile_up():
 
   XLA:CPU maps every live executable's code in hundreds of mappings; a process at
   vm.max_map_count dies in native code (a segfault in the next compilation or cache read), so a
-  leak of compiled programs (attnlab.runtime.parallel._pmap has the one found) fails here, by name.
+  leak of compiled programs (jax.pmap keeps its functions': attnlab/runtime/parallel.py) fails
+  here, by name.
   """
   yield
   count, limit = memory_mappings()

@@ -15,11 +15,12 @@ ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
 # From the ground up. The commands (attnlab/main.py, decode.py, ...) stand above every room.
 LAYERS = (
   ('errors', 'tokens', 'cli'),
-  ('metrics', 'runtime'),
+  ('metrics', 'runtime.logs'),
   ('config.fields', 'config.model'),
   ('models',),
   ('data',),
   ('config.run',),  # reads the registries of data (tasks, tokenizers, batchings)
+  ('runtime',),  # devices and hosts, read from the config: parallel, distributed, ...
   ('rundir',),
   ('decoding',),
   ('train',),

@@ -64,16 +64,15 @@ def test_eight_devices_equal_one_device(kind):
                                  err_msg=f'{mode} {jax.tree_util.keystr(path)}')
 
 
-@pytest.mark.parametrize('mode', ['pmap', 'shard_map'])
-def test_a_dropped_step_lets_go_of_its_compiled_programs(mode):
-  # JAX keeps a pmapped function's programs for as long as the function lives; one that stayed
-  # after the caller dropped it would hold its executables' memory mappings for the process's
-  # life (attnlab.runtime.parallel._pmap says why that kills long processes).
+def test_a_dropped_step_lets_go_of_its_compiled_programs():
+  # A step that stayed alive after the caller dropped it would hold its executables' memory
+  # mappings for the process's life (conftest's memory-mapping check says why that kills long
+  # processes). shard_map, the default, lets go; pmap does not (attnlab/runtime/parallel.py).
   def sum_step(scale, batch, *, axis_name):
     return {'sum': jax.lax.psum(jnp.sum(batch['x']) * scale, axis_name)}
 
   alive = weakref.ref(sum_step)
-  parallel = DataParallel(mode, devices=jax.devices()[:2])
+  parallel = DataParallel('shard_map', devices=jax.devices()[:2])
   step = parallel.compile_eval_step(sum_step)
   sums = step(parallel.replicate(np.float32(0.5)), parallel.shard_batch({'x': np.ones((4, 3))}))
   assert parallel.fetch_sums([sums]) == {'sum': 6.0}
@@ -83,20 +82,23 @@ def test_a_dropped_step_lets_go_of_its_compiled_programs(mode):
 
 
 def test_a_finished_run_leaves_no_compiled_step_alive(tmp_path, monkeypatch):
-  """Train, evaluate and test in one process, as a notebook would: afterwards none of the
-  functions the run handed to jax.pmap (and so none of its programs) is still alive."""
-  handed_to_pmap = []
-  pmap = jax.pmap
+  """Train, evaluate and test in one process, as a notebook would, in the default mode:
+  afterwards none of the functions the run handed to jax.shard_map (and so none of its
+  programs) is still alive."""
+  handed_over = []
+  shard_map = jax.shard_map
 
-  def recording_pmap(fn, **kwargs):
-    handed_to_pmap.append(weakref.ref(fn))
-    return pmap(fn, **kwargs)
+  def recording_shard_map(fn, **kwargs):
+    handed_over.append(weakref.ref(fn))
+    return shard_map(fn, **kwargs)
 
-  monkeypatch.setattr(jax, 'pmap', recording_pmap)
-  train.train_and_evaluate(reverse.get_config('smoke'), str(tmp_path / 'run'))
+  monkeypatch.setattr(jax, 'shard_map', recording_shard_map)
+  config = reverse.get_config('smoke')
+  assert config.parallel.mode == 'shard_map'
+  train.train_and_evaluate(config, str(tmp_path / 'run'))
   gc.collect()
-  assert len(handed_to_pmap) >= 2  # the train step and the eval step at least
-  assert [ref for ref in handed_to_pmap if ref() is not None] == []
+  assert len(handed_over) >= 2  # the train step and the eval step at least
+  assert [ref for ref in handed_over if ref() is not None] == []
 
 
 def test_batch_not_divisible_by_devices_is_rejected():

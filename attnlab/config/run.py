@@ -24,6 +24,7 @@ from attnlab.metrics import DIRECTIONS
 # the test split, which stays unseen until the end.
 SELECT_SPLIT = 'eval'
 SELECT_METRICS = ('auto', *sorted(DIRECTIONS))  # train.select_metric
+PARALLEL_MODES = ('shard_map', 'pmap')  # parallel.mode, the first the default: runtime/parallel.py
 SEARCH_METHODS = ('greedy', 'beam')  # eval.search, attnlab.decode --search: decoding/search.py
 
 
@@ -191,7 +192,7 @@ class ParallelConfig:
   num_devices: int
 
   def validate(self, prefix: str = 'parallel') -> None:
-    check_choice(f'{prefix}.mode', self.mode, ('pmap', 'shard_map'))
+    check_choice(f'{prefix}.mode', self.mode, PARALLEL_MODES)
     check_positive(f'{prefix}.num_devices', self.num_devices, allow_zero=True)
 
 

@@ -43,7 +43,7 @@ def translation_metrics(task: Task, split: str, rows: list[dict]) -> dict:
   hyps = [task.target_vocab.decode(r['hypothesis']) for r in rows]
   refs = [source[r['index']]['target'] for r in rows]
   words = [len(source[r['index']]['source'].split()) for r in rows]
-  out = metrics.bleu_chrf(hyps, refs)
+  out = metrics.bleu_chrf(hyps, refs, signature=True)
   out['bleu_by_length'] = metrics.bleu_by_length(hyps, refs, words, metrics.BLEU_LENGTH_EDGES)
   return out
 

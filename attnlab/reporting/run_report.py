@@ -34,6 +34,7 @@ from attnlab.reporting import plots as report_plots
 from attnlab.reporting import stats as report_stats
 from attnlab.rundir import layout
 from attnlab.rundir.layout import RUN_TIMES
+from attnlab.runtime import provenance
 from attnlab.sweeps.runner import duration
 from attnlab.sweeps.trials import Trial
 
@@ -214,6 +215,9 @@ def summary(run_dir: str, result, task: str, config_file: str, command, wall_s) 
       if (selected := (final.get('selection') or {}).get('metric'))
       else []
     ),
+    *([f'- Provenance: {provenance.one_line(entries[-1])}']
+      if (entries := sweep_results.read_jsonl(os.path.join(run_dir, layout.PROVENANCE)))
+      else []),
     '- Training throughput: '
     + (
       f'{rate:,.0f} tokens/s (median over logging windows after the first, which includes '

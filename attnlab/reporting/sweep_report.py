@@ -49,6 +49,7 @@ from attnlab.reporting.sweep_results import (
   collect,
   mean_std,
 )
+from attnlab.runtime import provenance
 from attnlab.sweeps import runner as sweep_runner
 from attnlab.sweeps import trials as trials_lib
 from attnlab.sweeps.shared import COPIED_FROM
@@ -180,6 +181,23 @@ def machines(variants: list[Variant]) -> str:
   return ' Machines: ' + ', '.join(parts) + '.'
 
 
+def provenance_lines(variants: list[Variant]) -> list[str]:
+  """One line per distinct provenance of the finished trials' last process runs
+  (provenance.jsonl) with the trials it covers; [] where no trial recorded one."""
+  trials = collections.defaultdict(list)
+  for v in variants:
+    for r in v.finished:
+      if r.provenance:
+        trials[provenance.one_line(r.provenance[-1])].append(r.trial.name)
+  if not trials:
+    return []
+  lines = ['', 'Provenance (provenance.jsonl: the last process run of each finished trial):', '']
+  for line, names in sorted(trials.items(), key=lambda item: -len(item[1])):
+    lines.append(f'- {line}: {len(names)} trial(s)' + ('' if len(trials) == 1 else
+                                                       f' ({", ".join(sorted(names))})'))
+  return lines
+
+
 def markdown(
   manifest: dict, groups: dict[str, list[Variant]], metric: str, plots: dict[str, dict[str, str]]
 ) -> str:
@@ -203,6 +221,7 @@ def markdown(
     convergence.rule(),
     '',
     compute_line([v for vs in groups.values() for v in vs]),
+    *provenance_lines([v for vs in groups.values() for v in vs]),
   ]
   for group, variants in groups.items():
     ranked_by = primary_metric(variants, metric)

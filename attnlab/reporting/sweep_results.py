@@ -39,6 +39,7 @@ class TrialResult:
   predictions: dict[int, bool] | None  # test example index -> correct
   outputs: dict[int, tuple[str, list[str]]] | None = None  # index -> (hypothesis, references)
   run_times: list[dict] = dataclasses.field(default_factory=list)  # run_times.jsonl
+  provenance: list[dict] = dataclasses.field(default_factory=list)  # provenance.jsonl
 
   @property
   def cpu_s(self) -> float | None:
@@ -184,6 +185,7 @@ def read_trial(workdir: str, trial: Trial) -> TrialResult:
     predictions,
     outputs,
     read_jsonl(os.path.join(directory, RUN_TIMES)),
+    read_jsonl(os.path.join(directory, layout.PROVENANCE)),
   )
 
 

@@ -33,6 +33,7 @@ SAMPLES = 'samples'  # decoded examples of each eval: samples/<split>_step<N>.tx
 ATTENTION = 'attention'  # heatmaps of each eval: attention/<split>_step<N>_ex<I>.png and .npz
 EVALUATIONS = 'evaluations'  # attnlab.evaluate's results: evaluations/<settings>/
 TENSORBOARD = 'tensorboard'
+PROVENANCE = 'provenance.jsonl'  # one record per process run: commit, versions, devices
 LOG_FILE = 'train.log'  # the libraries' logs of process 0 (attnlab/runtime/logs.py)
 
 

@@ -1,7 +1,10 @@
-"""Runs a per-device step over every device: `jax.pmap`, or `jax.jit(jax.shard_map)` on a Mesh.
+"""Runs a per-device step over every device: `jax.jit(jax.shard_map)` on a Mesh, or `jax.pmap`.
 
 Both modes run the *same* per-device function with collectives over the axis named
-`AXIS`; `config.parallel.mode` picks. State is replicated, batches are split along their
+`AXIS`; `config.parallel.mode` picks. shard_map is the default, as JAX recommends; pmap, which
+JAX keeps in maintenance, is the alternative: JAX holds a pmapped function's compiled programs
+for the process's life, so a process that trains run after run (a notebook, a test suite) grows
+by hundreds of memory mappings per run with it. State is replicated, batches are split along their
 leading axis over all devices of all processes. Each process feeds its own share of the global
 batch (attnlab.data shards by process).
 """
@@ -13,7 +16,6 @@ import functools
 import importlib.util
 import os
 import sys
-import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -22,10 +24,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-try:  # where jax.pmap keeps its per-function programs (see _pmap)
-  from jax._src import pmap as _jax_pmap
-except ImportError:
-  _jax_pmap = None
+from attnlab.config.run import PARALLEL_MODES
 
 AXIS = 'data'
 
@@ -67,32 +66,14 @@ def tune_host_allocator() -> bool:
   return all(libc.mallopt(param, value) == 1 for param, value in settings)
 
 
-def _pmap(fn: Callable, **kwargs) -> Callable:
-  """`jax.pmap(fn, **kwargs)` whose compiled programs go when the returned function goes.
-
-  JAX 0.10 runs pmap as a jitted shard_map cached per function (`_cached_shard_map`, weakly
-  keyed on `fn`), but the cached value refers to `fn`, so the entry and every executable
-  compiled for it live as long as the process. XLA:CPU maps each executable's code in hundreds
-  of memory mappings: a process that trains or evaluates run after run (a notebook, the test
-  suite; ~1,000 mappings per smoke run) reaches Linux's vm.max_map_count (65,530), and the next
-  compilation or compilation-cache (de)serialisation dies in native code. Evicting the entry when
-  the caller drops the pmapped function hands the mappings back. Without the private hook (a
-  JAX that moved it) this is plain jax.pmap; tests/test_parallel.py notices.
-  """
-  pmapped = jax.pmap(fn, **kwargs)
-  evict = getattr(getattr(_jax_pmap, '_cached_shard_map', None), 'evict_function', None)
-  if evict is not None:
-    weakref.finalize(pmapped, evict, fn)
-  return pmapped
-
-
 class DataParallel:
   """Places state and batches on devices and compiles per-device steps for one mode."""
 
-  def __init__(self, mode: str = 'pmap', devices=None):
+  def __init__(self, mode: str = PARALLEL_MODES[0], devices=None):
     """`devices`: a subset of this process's devices (single-process runs and tests only)."""
-    if mode not in ('pmap', 'shard_map'):
-      raise ValueError(f"parallel.mode={mode!r} is not valid; choose from pmap, shard_map")
+    if mode not in PARALLEL_MODES:
+      raise ValueError(f'parallel.mode={mode!r} is not valid; choose from '
+                       f'{", ".join(PARALLEL_MODES)}')
     self.mode = mode
     if devices is None:
       # Each process's devices side by side, so that process p's share of the global batch is
@@ -154,7 +135,7 @@ class DataParallel:
     """step_fn(state, batch, key, *, axis_name) -> (state, sums); state buffers donated."""
     fn = functools.partial(step_fn, axis_name=AXIS)
     if self.mode == 'pmap':
-      return _pmap(fn, axis_name=AXIS, in_axes=(0, 0, None), donate_argnums=(0,),
+      return jax.pmap(fn, axis_name=AXIS, in_axes=(0, 0, None), donate_argnums=(0,),
                    devices=self._pmap_devices)
     # check_vma=False: the models' zero initial scan carries are device-invariant while the
     # carries they produce vary per device; outputs are replicated by the psum in the step.
@@ -166,7 +147,7 @@ class DataParallel:
     """step_fn(params, batch, *, axis_name) -> sums."""
     fn = functools.partial(step_fn, axis_name=AXIS)
     if self.mode == 'pmap':
-      return _pmap(fn, axis_name=AXIS, devices=self._pmap_devices)
+      return jax.pmap(fn, axis_name=AXIS, devices=self._pmap_devices)
     return jax.jit(jax.shard_map(fn, mesh=self.mesh, in_specs=(P(), P(AXIS)), out_specs=P(),
                                  check_vma=False))
 

@@ -48,6 +48,7 @@ KEPT = (
   'final_metrics.*.json',
   trial_dirs.STATUS_FILE,
   layout.RUN_TIMES,
+  layout.PROVENANCE,
 )
 # Large text files the reports read, kept as NAME + layout.COMPRESSED.
 COMPRESSED = (layout.METRICS_FILE, layout.TEST_PREDICTIONS, trial_dirs.LOG_FILE)

@@ -39,7 +39,7 @@ from attnlab.errors import UserError
 from attnlab.models.factory import build_model
 from attnlab.rundir import checkpoint, console, layout, run_times, writers
 from attnlab.rundir import lock as run_lock
-from attnlab.runtime import interrupt, logs, machine
+from attnlab.runtime import interrupt, logs, machine, provenance
 from attnlab.runtime.parallel import DataParallel
 from attnlab.train import divergence, optim, resume, steps
 from attnlab.train.divergence import DivergenceError, NonFiniteLossError  # noqa: F401 (callers)
@@ -188,6 +188,12 @@ def setup(config: ml_collections.ConfigDict, workdir: str, allow_config_change=(
             run_time=run_times.RunTimeRecord(workdir, first_step=start, started=started,
                                                cpu_started=cpu_started, enabled=is_writer,
                                                machine=machine.default_machine_name()))
+  if is_writer:
+    entry = {'first_step': start, 'at': layout.now(),
+             **provenance.record(_devices(cfg.parallel.num_devices) or jax.devices(),
+                                jax.process_count())}
+    with open(os.path.join(workdir, layout.PROVENANCE), 'a', encoding='utf-8') as f:
+      f.write(json.dumps(entry) + '\n')
   run.stopped_early = stops_early(run)  # a rerun of a run that stopped early trains no more
   return run, state, batches, start
 
