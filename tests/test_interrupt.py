@@ -5,10 +5,13 @@ import os
 import signal
 import sys
 
+import jax
+import numpy as np
 import pytest
 from smoke_runs import smoke_config
 
 from attnlab import data
+from attnlab.rundir import checkpoint, layout
 from attnlab.runtime import interrupt
 from attnlab.train import loop as train
 
@@ -84,3 +87,41 @@ def test_training_stops_at_the_step_after_a_swallowed_signal(tmp_path, monkeypat
   [attempt] = [json.loads(line) for line in open(os.path.join(workdir, train.RUN_TIMES))]
   assert attempt['outcome'] == 'interrupted' and attempt['last_step'] == 3
   interrupt.check()  # the stop answered the signal: nothing left for a later run
+
+
+def test_a_stopped_run_saves_its_last_step_and_resumes_there_bit_for_bit(tmp_path, monkeypatch,
+                                                                         installed):
+  """SIGTERM (a scheduler's time limit) at step 3 of 8, with checkpoints every 4 steps: step 3
+  is saved at the stop, the rerun starts there, and its final parameters equal those of a run
+  that was never stopped."""
+  real_batches = data.train_batches
+
+  class SignalAtStep3:
+    def __init__(self, *args, **kwargs):
+      self.inner = real_batches(*args, **kwargs)
+      self.num_filtered = self.inner.num_filtered
+      self.fetched = 0
+
+    def __next__(self):
+      self.fetched += 1
+      if self.fetched == 3:
+        SignalledWhileFinalised()
+      return next(self.inner)
+
+  updates = {'train.num_steps': 8, 'train.checkpoint_every': 4, 'train.eval_every': 8}
+  stopped, whole = str(tmp_path / 'stopped'), str(tmp_path / 'whole')
+  with monkeypatch.context() as patch:
+    patch.setattr(data, 'train_batches', SignalAtStep3)
+    with pytest.raises(KeyboardInterrupt):
+      train.train_and_evaluate(smoke_config(**updates), stopped)
+  assert layout.saved_steps(stopped) == [3]
+  train.train_and_evaluate(smoke_config(**updates), stopped)
+  [first, second] = [json.loads(line) for line in open(os.path.join(stopped, train.RUN_TIMES))]
+  assert (first['outcome'], first['last_step'], second['first_step']) == ('interrupted', 3, 3)
+  train.train_and_evaluate(smoke_config(**updates), whole)
+  for name in ('latest', 8):
+    with checkpoint.Checkpointer(layout.checkpoint_dir(stopped), keep=10) as a, \
+        checkpoint.Checkpointer(layout.checkpoint_dir(whole), keep=10) as b:
+      for x, y in zip(jax.tree.leaves(a.restore_params(name)[0]),
+                      jax.tree.leaves(b.restore_params(name)[0]), strict=True):
+        np.testing.assert_array_equal(x, y)

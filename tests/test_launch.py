@@ -10,6 +10,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 
 import ml_collections
 import pytest
@@ -331,3 +332,37 @@ def test_slurm_sweep_really_runs_its_line(tmp_path):
   result = run('slurm_sweep.sbatch', str(commands), PATH=path, SLURM_ARRAY_TASK_ID='1')
   assert result.returncode == 0, result.stderr
   assert (tmp_path / 'ran').read_text() == 'trial 1\n'
+
+
+def test_slurm_job_stopped_before_its_time_limit_saves_and_requeues(tmp_path):
+  """SIGTERM to the batch script (what --signal=B:TERM@300 sends before the time limit) reaches
+  the runs, which exit after saving; the script then requeues its job."""
+  bin_dir = tmp_path / 'bin'
+  bin_dir.mkdir()
+  # srun stands in for the runs: on SIGTERM it records it and exits as attnlab.main does.
+  (bin_dir / 'srun').write_text(
+    f"#!/bin/bash\ntrap 'echo saved > {tmp_path}/term; exit 1' TERM\n"
+    f'echo started > {tmp_path}/started\nwhile true; do sleep 0.1; done\n'
+  )
+  (bin_dir / 'scontrol').write_text(f'#!/bin/bash\necho "$@" > {tmp_path}/scontrol\n')
+  for tool in ('srun', 'scontrol'):
+    (bin_dir / tool).chmod(0o755)
+  env = {'PATH': f'{bin_dir}:/usr/local/bin:/usr/bin:/bin', 'HOME': '/home/me',
+         'CONFIG': 'configs/reverse.py', 'WORKDIR': str(tmp_path / 'run'), 'SLURM_JOB_ID': '77'}
+  job = subprocess.Popen(['bash', str(LAUNCH / 'slurm.sbatch')], cwd=ROOT, env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  try:
+    deadline = time.monotonic() + 30
+    while not (tmp_path / 'started').exists() and job.poll() is None:
+      assert time.monotonic() < deadline, 'the stand-in srun never started'
+      time.sleep(0.05)
+    assert job.poll() is None, job.communicate(timeout=5)
+    job.terminate()
+    out, err = job.communicate(timeout=30)
+  finally:
+    job.kill()
+  assert (tmp_path / 'term').read_text() == 'saved\n'
+  assert (tmp_path / 'scontrol').read_text() == 'requeue 77\n'
+  assert 'requeued to resume' in out and job.returncode == 1, err
+  text = (LAUNCH / 'slurm.sbatch').read_text()
+  assert '#SBATCH --signal=B:TERM@300\n' in text and '#SBATCH --requeue\n' in text

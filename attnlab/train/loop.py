@@ -299,36 +299,66 @@ def train_loop(run: Run, state: steps.TrainState, batches, start: int):
             'lowest_loss': lowest if math.isfinite(lowest) else None,
             'loss': run.loss if math.isfinite(run.loss) else None}
 
+  def save_at_stop(step: int, state) -> None:
+    """On Ctrl-C or SIGTERM (a scheduler's time limit, a preemption): saves the state of the
+    last finished step, so that the rerun resumes there rather than at the last interval
+    checkpoint. Not when that step's updates diverged, nor when the signal came inside a step
+    that had consumed its input state (donated), nor in multi-process jobs, whose processes
+    may stop at different steps (they save where JAX reports the preemption, below)."""
+    if jax.process_count() > 1 or step <= (ckpt.latest_step() or 0):
+      return
+    if any(x.is_deleted() for x in jax.tree.leaves(state)):
+      return
+    if window:
+      try:
+        flush_window(step)
+      except (DivergenceError, NonFiniteLossError):
+        return
+    ckpt.save(step, parallel.fetch(state), data_state(step), run.config_dict, force=True,
+              best_step=selection.best_step if selection else None)
+    logging.info('saved step %d at the stop', step)
+
   end = start if run.stopped_early else cfg.train.num_steps  # rerun of an early-stopped run
-  for step in range(start + 1, end + 1):
-    interrupt.check()  # a Ctrl-C / SIGTERM that arrived inside a finaliser stops here
-    p_state, sums = train_step(p_state, parallel.shard_batch(next(batches)), dropout_key)
-    run.step = step
-    if log_due is not None:  # fetched only after the next step was dispatched
-      flush_window(log_due)
-      log_due = None
-    window.append(sums)
-    is_last = step == cfg.train.num_steps
-    save = step % cfg.train.checkpoint_every == 0 or is_last
-    evaluate_now = step % cfg.train.eval_every == 0 or is_last
-    if save or evaluate_now:
-      flush_window(step)  # never evaluate or checkpoint a diverged state
-      if evaluate_now:
-        evaluate(step)  # before the save: a non-finite eval metric keeps the last good one
-        run.stopped_early = stops_early(run)
-        if run.stopped_early and not selection.patience_exhausted:
-          run.progress.note(f'learning rate floor reached: a cut below '
-                            f'x{cfg.optim.plateau_min_scale:g} (optim.plateau_min_scale) ends '
-                            'the run')
-        elif selection is not None and selection.lr_cut_due:
-          p_state = cut_learning_rate(run, p_state)  # before the save: resumes at the new rate
-      if save or run.stopped_early:
-        ckpt.save(step, parallel.fetch(p_state), data_state(step), run.config_dict,
+  finished = (start, p_state)  # the last finished step and its state, assigned together
+  try:
+    for step in range(start + 1, end + 1):
+      interrupt.check()  # a Ctrl-C / SIGTERM that arrived inside a finaliser stops here
+      p_state, sums = train_step(p_state, parallel.shard_batch(next(batches)), dropout_key)
+      finished = (step, p_state)
+      run.step = step
+      if log_due is not None:  # fetched only after the next step was dispatched
+        flush_window(log_due)
+        log_due = None
+      window.append(sums)
+      is_last = step == cfg.train.num_steps
+      save = step % cfg.train.checkpoint_every == 0 or is_last
+      evaluate_now = step % cfg.train.eval_every == 0 or is_last
+      if save or evaluate_now:
+        flush_window(step)  # never evaluate or checkpoint a diverged state
+        if evaluate_now:
+          evaluate(step)  # before the save: a non-finite eval metric keeps the last good one
+          run.stopped_early = stops_early(run)
+          if run.stopped_early and not selection.patience_exhausted:
+            run.progress.note(f'learning rate floor reached: a cut below '
+                              f'x{cfg.optim.plateau_min_scale:g} (optim.plateau_min_scale) ends '
+                              'the run')
+          elif selection is not None and selection.lr_cut_due:
+            p_state = cut_learning_rate(run, p_state)  # before the save: resumes at the new rate
+            finished = (step, p_state)
+        if save or run.stopped_early:
+          ckpt.save(step, parallel.fetch(p_state), data_state(step), run.config_dict,
+                    best_step=selection.best_step if selection else None)
+        if run.stopped_early:
+          break
+      elif step % cfg.train.log_every == 0:
+        log_due = step
+      if jax.process_count() > 1 and ckpt.reached_preemption(step):  # all processes agree
+        ckpt.save(step, parallel.fetch(p_state), data_state(step), run.config_dict, force=True,
                   best_step=selection.best_step if selection else None)
-      if run.stopped_early:
-        break
-    elif step % cfg.train.log_every == 0:
-      log_due = step
+        raise KeyboardInterrupt(f'preempted at step {step}')
+  except KeyboardInterrupt:
+    save_at_stop(*finished)
+    raise
   return p_state, latest
 
 
