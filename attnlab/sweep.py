@@ -81,6 +81,11 @@ _SELECT = flags.DEFINE_string(
 )
 _TRIAL = flags.DEFINE_string('trial', None, 'Run only this trial (name); used by slurm tasks.')
 _REPORT = flags.DEFINE_bool('report', True, 'Write the report when the trials are done.')
+_SIZES = flags.DEFINE_enum(
+  'sizes', None, trials_lib.SIZES, 'Model and trial sizes the experiment file picks '
+  f'(experiments/sizes.py; default: ${trials_lib.SIZES_VARIABLE}, else cpu): cpu, for CPU '
+  'cores, or accelerator, the papers\' widths for a GPU or TPU.'
+)
 _PROGRESS_EVERY = flags.DEFINE_float(
   'progress_every', 30.0, 'Seconds between progress lines.', lower_bound=0
 )
@@ -366,6 +371,8 @@ def _interrupt(signum, frame):
 
 def main(argv):
   signal.signal(signal.SIGTERM, _interrupt)
+  if _SIZES.value:  # read by the experiment file, through experiments/sizes.py
+    os.environ[trials_lib.SIZES_VARIABLE] = _SIZES.value
   if len(argv) != 2:
     raise app.UsageError('usage: python -m attnlab.sweep experiments/<name>.py --workdir=DIR')
   if not _WORKDIR.value:

@@ -31,7 +31,7 @@ DECODERS = (
   ('fixed context (RNNencdec, Cho 2014)', 'fixed', 'general', False),
 )
 TASKS = (
-  ('configs/bible.py', sizes.BIBLE_SMALL, sizes.LONG_TRIAL_SEEDS),
+  ('configs/bible.py', sizes.BIBLE, sizes.LONG_TRIAL_SEEDS),
   ('configs/reverse.py', sizes.LONG_SYNTHETIC, sizes.SEEDS),
   ('configs/copy.py', sizes.LONG_SYNTHETIC, sizes.SEEDS),
 )

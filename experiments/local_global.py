@@ -25,7 +25,7 @@ BASE = 'configs/g2p.py'
 # without it the global trials are the same configs as cells of score_timing (G2P) and of the
 # bottleneck (Bible), whose finished trials the sweep copies (attnlab/sweeps/shared.py).
 TASKS = (
-  ('configs/bible.py', sizes.BIBLE_SMALL, 10, sizes.LONG_TRIAL_SEEDS),
+  ('configs/bible.py', sizes.BIBLE, 10, sizes.LONG_TRIAL_SEEDS),
   ('configs/g2p.py', sizes.G2P_RNN, 3, sizes.SEEDS),
 )
 

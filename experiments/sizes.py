@@ -15,9 +15,18 @@ checks the convergence criterion per trial (attnlab/reporting/convergence.py: ea
 < 0.3 points over the last quarter).
 
 Sized for 2 CPU cores running one single-threaded trial per core
-(XLA_FLAGS=--xla_cpu_multi_thread_eigen=false, --parallel=2); on an accelerator raise the
-model sizes and drop the thread flag, the grids stay the same.
+(XLA_FLAGS=--xla_cpu_multi_thread_eigen=false, --parallel=2). `attnlab.sweep --sizes=accelerator`
+picks the recipes' full widths instead (the end of this file), for a GPU or TPU where a trial
+takes minutes; the grids stay the same.
 """
+
+import os
+
+from attnlab.sweeps.trials import SIZES, SIZES_VARIABLE
+
+SIZE = os.environ.get(SIZES_VARIABLE) or SIZES[0]
+if SIZE not in SIZES:
+  raise ValueError(f'{SIZES_VARIABLE}={SIZE!r} is not valid; choose from {", ".join(SIZES)}')
 
 # Reduce on plateau, then stop: one definition for every trial.
 PLATEAU = {
@@ -119,7 +128,7 @@ G2P_TRANSFORMER = {
 # the last evaluation); under 32,000 dot x Bahdanau (score_timing_bible, seed 1; 30.77 -> 31.34,
 # a new best at the last evaluation). A trial that ran to a lower cap trains on from its
 # checkpoints (attnlab/sweeps/trial_dirs.py).
-BIBLE_SMALL = {
+BIBLE = {
   **PLATEAU,
   'train.num_steps': 48_000,
   'model.hidden_size': 128,
@@ -141,3 +150,11 @@ G2P_LEARNING_SPEED_BASE = {
   'model.dtype': 'float32',
   'train.label_smoothing': 0.0,
 }
+
+if SIZE == 'accelerator':
+  # The recipes' widths (configs/g2p.py: a 2-layer encoder, H=256; configs/bible.py: H=256,
+  # embeddings 128), a Transformer of the same width, and 3 seeds for every trial.
+  G2P_RNN = {**G2P_RNN, 'model.hidden_size': 256, 'model.encoder_layers': 2}
+  G2P_TRANSFORMER = {**G2P_TRANSFORMER, 'model.hidden_size': 256, 'model.transformer.mlp_dim': 1024}
+  BIBLE = {**BIBLE, 'model.hidden_size': 256, 'model.embed_dim': 128}
+  LONG_TRIAL_SEEDS = SEEDS

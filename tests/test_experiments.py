@@ -183,3 +183,46 @@ def test_ctrl_c_stops_every_worker_of_make_ablations(tmp_path):
       os.killpg(make.pid, signal.SIGKILL)  # whatever a failure left running
   assert rest.count('stopped experiments/heads.py') == 2, rest
   assert 'local_global' not in rest
+
+
+_FIXED_OF = """
+import json, sys
+from attnlab.sweeps import trials
+experiment = trials.load_experiment(sys.argv[1])
+print(json.dumps({t.name: t.fixed for t in experiment.trials}))
+"""
+
+
+def _fixed(path, sizes=None):
+  """The trials' fixed overrides, read in a fresh process with ATTNLAB_SIZES=`sizes` (unset:
+  None)."""
+  env = {k: v for k, v in os.environ.items() if k != trials.SIZES_VARIABLE}
+  if sizes is not None:
+    env[trials.SIZES_VARIABLE] = sizes
+  return subprocess.run([sys.executable, '-c', _FIXED_OF, path], cwd=REPO, capture_output=True,
+                        text=True, env=env, check=False)
+
+
+def test_sizes_for_accelerators_are_picked_by_a_flag_not_an_edit(tmp_path):
+  env = {k: v for k, v in os.environ.items() if k != trials.SIZES_VARIABLE}
+  cpu = json.loads(_fixed('experiments/score_timing_bible.py').stdout)
+  fast = json.loads(_fixed('experiments/score_timing_bible.py', 'accelerator').stdout)
+  assert {t['model.hidden_size'] for t in cpu.values()} == {128}
+  assert {(t['model.hidden_size'], t['model.embed_dim']) for t in fast.values()} == {(256, 128)}
+  assert len(fast) == len(cpu) * 3 // 2  # every Bible variant with 3 seeds, not 2
+  g2p = json.loads(_fixed('experiments/score_timing.py', 'accelerator').stdout)
+  assert {(t['model.hidden_size'], t['model.encoder_layers']) for t in g2p.values()} == {(256, 2)}
+  bad = _fixed('experiments/score_timing.py', 'tpu')
+  assert "ATTNLAB_SIZES='tpu' is not valid; choose from cpu, accelerator" in bad.stderr
+  # The command's flag sets the variable before the experiment file is read.
+  result = subprocess.run(
+    [sys.executable, '-m', 'attnlab.sweep', 'experiments/heads.py', '--sizes=accelerator',
+     '--dry_run', f'--workdir={tmp_path / "heads"}'], cwd=REPO, capture_output=True, text=True,
+    env=env, check=False)
+  assert result.returncode == 0, result.stderr
+  assert 'seed=2' in result.stdout  # 3 seeds at accelerator sizes, 2 on CPU
+  result = subprocess.run(
+    [sys.executable, '-m', 'attnlab.sweep', 'experiments/heads.py', '--sizes=gpu', '--dry_run',
+     f'--workdir={tmp_path / "heads"}'], cwd=REPO, capture_output=True, text=True, env=env,
+    check=False)
+  assert result.returncode == 2 and result.stderr.count('\n') == 1, result.stderr

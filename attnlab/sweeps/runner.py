@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 
 from attnlab.rundir import layout, run_times
 from attnlab.sweeps import archive as archive_lib
-from attnlab.sweeps import claims
+from attnlab.sweeps import claims, slots
 from attnlab.sweeps import shared as shared_lib
 from attnlab.sweeps.trial_dirs import (
   FINAL_FILE,
@@ -147,6 +147,9 @@ class LocalRunner:
     self._elsewhere: set[str] = set()
     self._trials: Sequence[Trial] = ()
     self._on_disk: tuple[float, dict[str, int]] | None = None  # (when, counts) of that read
+    self._slots = slots.plan(parallel)  # the devices of each trial running at once
+    self._free_slots = list(range(parallel))
+    self._slot_of: dict[str, int] = {}
 
   def _print(self, line: str) -> None:
     print(line, file=self.out, flush=True)
@@ -177,6 +180,9 @@ class LocalRunner:
     self._done_steps_at_start = sum(self._steps_done(t) for t in trials)
     last_progress = time.monotonic()
     done_before = self._ended()  # a progress line whenever it changes
+    if queue and any(slot.env for slot in self._slots):
+      self._print('devices: ' + '; '.join(f'slot {slot.index}: {slot.devices}'
+                                          for slot in self._slots))
     try:
       while queue or self._running:
         while queue and len(self._running) < self.parallel:
@@ -251,6 +257,7 @@ class LocalRunner:
   def _launch(self, trial: Trial, claim: claims.Claim) -> None:
     directory = trial_dir(self.workdir, trial)
     os.makedirs(directory, exist_ok=True)
+    slot = self._free_slots.pop(0)
     status = read_status(directory)
     # A trial process killed with no chance to record its time (a session or machine that
     # ended) left its run-time line; a 'running' status means no runner counted that attempt.
@@ -271,7 +278,7 @@ class LocalRunner:
         command,
         stdout=log,
         stderr=subprocess.STDOUT,
-        env=subprocess_env(),
+        env={**subprocess_env(), **self._slots[slot].env},
         cwd=os.getcwd(),
       )
     write_status(
@@ -288,10 +295,14 @@ class LocalRunner:
       },
     )
     self._running[trial.name] = (trial, process, time.monotonic(), offset, claim)
-    self._print(f'[start] {trial.name}{_resume_note(directory, killed)}')
+    self._slot_of[trial.name] = slot
+    where = f' (slot {slot}: {self._slots[slot].devices})' if self._slots[slot].env else ''
+    self._print(f'[start] {trial.name}{where}{_resume_note(directory, killed)}')
 
   def _finish(self, name: str) -> str:
     trial, process, started, offset, claim = self._running.pop(name)
+    self._free_slots.append(self._slot_of.pop(name))
+    self._free_slots.sort()
     directory = trial_dir(self.workdir, trial)
     elapsed = time.monotonic() - started
     status = read_status(directory)

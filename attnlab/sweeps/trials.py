@@ -39,6 +39,10 @@ import ml_collections
 from attnlab.config import run as config_lib
 from attnlab.errors import UserError
 
+# Model and trial sizes an experiment file may pick (experiments/sizes.py), from this variable
+# (attnlab.sweep --sizes sets it): sized for CPU cores, or the papers' widths for accelerators.
+SIZES = ('cpu', 'accelerator')
+SIZES_VARIABLE = 'ATTNLAB_SIZES'
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MANIFEST = 'sweep.json'
 SEED_KEY = 'seed'
