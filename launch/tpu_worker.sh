@@ -16,7 +16,6 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-JAX_TPU_REQUIREMENT='jax[tpu]>=0.10.2,<0.11'  # the jax range of pyproject.toml
 GCS_MOUNTS="${GCS_MOUNTS:-$HOME/gcs}"
 
 # shellcheck source=lib.bash
@@ -44,7 +43,7 @@ case "$action" in
     fi
     run "$python" -m venv .venv
     run .venv/bin/pip install -q --upgrade pip
-    run .venv/bin/pip install -q -e . "$JAX_TPU_REQUIREMENT"
+    run .venv/bin/pip install -q -e '.[tpu]'  # pyproject.toml's jax range, with libtpu
     ;;
   run)
     : "${CONFIG:?set CONFIG=configs/<task>.py[:variant]}"

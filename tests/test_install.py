@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 
 import pytest
 
@@ -217,3 +218,12 @@ def test_a_hung_test_is_stopped_with_every_threads_stack(tmp_path):
   output = result.stdout + result.stderr
   assert result.returncode != 0 and ' Timeout +' in output, output[-3000:]
   assert 'Stack of MainThread' in output and 'time.sleep(60)' in output  # the thread method
+
+
+def test_accelerator_extras_ask_for_jaxs_backend_within_attnlabs_jax_range():
+  with open(ROOT / 'pyproject.toml', 'rb') as f:
+    project = tomllib.load(f)['project']
+  [jax_range] = [d.removeprefix('jax') for d in project['dependencies'] if d.startswith('jax>')]
+  extras = project['optional-dependencies']
+  for backend in ('cuda12', 'cuda13', 'tpu'):
+    assert extras[backend] == [f'jax[{backend}]{jax_range}'], backend
