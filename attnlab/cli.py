@@ -121,6 +121,10 @@ def parse_flags(argv: list[str]) -> list[str]:
 
 def run(main) -> None:
   """`app.run(main)` with user mistakes reported as one message and exit status 2."""
+  # absl's --help lists the flags of the module that sys.argv[0] names; under a console script
+  # (pyproject.toml's scripts) that is the script, so the command's own flags are named its too.
+  for flag in flags.FLAGS.get_key_flags_for_module(main.__module__):
+    flags.FLAGS.register_key_flag_for_module(sys.argv[0], flag)
 
   def guarded(argv):
     try:

@@ -49,5 +49,10 @@ def main(argv):
     raise SystemExit(f'interrupted; the same command resumes the run in {_WORKDIR.value}') from None
 
 
-if __name__ == '__main__':
+def run() -> None:
+  """The `attnlab-train` command (pyproject.toml's scripts), as `python -m attnlab.main`."""
   cli.run(main)
+
+
+if __name__ == '__main__':
+  run()

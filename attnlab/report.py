@@ -28,5 +28,10 @@ def main(argv):
   print(os.path.join(argv[1], html.FILE_NAME))
 
 
-if __name__ == '__main__':
+def run() -> None:
+  """The `attnlab-report` command (pyproject.toml's scripts), as `python -m attnlab.report`."""
   cli.run(main)
+
+
+if __name__ == '__main__':
+  run()

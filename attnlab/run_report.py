@@ -30,5 +30,10 @@ def main(argv):
   print(os.path.join(_OUT.value, html.FILE_NAME))
 
 
-if __name__ == '__main__':
+def run() -> None:
+  """The `attnlab-run-report` command (pyproject.toml's scripts): `python -m attnlab.run_report`."""
   cli.run(main)
+
+
+if __name__ == '__main__':
+  run()

@@ -398,5 +398,10 @@ def main(argv):
   sys.exit(code)
 
 
-if __name__ == '__main__':
+def run() -> None:
+  """The `attnlab-sweep` command (pyproject.toml's scripts), as `python -m attnlab.sweep`."""
   cli.run(main)
+
+
+if __name__ == '__main__':
+  run()

@@ -1,9 +1,16 @@
-"""attnlab.cli helpers that every command shares."""
+"""attnlab.cli helpers that every command shares, and the commands' scripts."""
+
+import os
+import subprocess
+import sys
+import tomllib
 
 import pytest
 from absl import logging
 
 from attnlab import cli, decode, evaluate
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture
@@ -30,3 +37,24 @@ def test_commands_called_in_process_leave_the_verbosity_alone(command, tmp_path,
   assert command(['--workdir', missing]) == cli.EXIT_USER_ERROR
   assert capsys.readouterr().err.startswith('error: ')
   assert logging.get_verbosity() == logging.INFO
+
+
+def test_every_script_runs_its_command():
+  """pyproject.toml's [project.scripts]: each names a callable that runs the command of the
+  same `python -m attnlab.X` module, here answering --help."""
+  with open(os.path.join(REPO, 'pyproject.toml'), 'rb') as f:
+    scripts = tomllib.load(f)['project']['scripts']
+  own_flag = {'attnlab-train': '--workdir', 'attnlab-decode': '--workdir',
+              'attnlab-evaluate': '--workdir', 'attnlab-explore': '--workdir',
+              'attnlab-sweep': '--workdir', 'attnlab-report': '--metric',
+              'attnlab-run-report': '--out'}
+  assert set(scripts) == set(own_flag)
+  for name, target in scripts.items():
+    module, function = target.split(':')
+    code = (f'import sys; sys.argv = [{name!r}, "--help"]; '
+            f'from {module} import {function}; sys.exit({function}())')
+    result = subprocess.run([sys.executable, '-c', code], cwd=REPO, capture_output=True,
+                            text=True, timeout=120, check=False)
+    assert result.returncode in (0, 1), (name, result.stderr[-2000:])  # absl's --help: 1
+    assert own_flag[name] in result.stdout, (name, result.stdout)
+    assert 'Traceback' not in result.stderr, (name, result.stderr[-2000:])

@@ -3,6 +3,12 @@
 from attnlab import cli
 from attnlab.explore import server
 
-if __name__ == '__main__':
+
+def run() -> None:
+  """The `attnlab-explore` command (pyproject.toml's scripts), as `python -m attnlab.explore`."""
   server.define_flags()
   cli.run(server.main)
+
+
+if __name__ == '__main__':
+  run()
