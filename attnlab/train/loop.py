@@ -127,12 +127,7 @@ def setup(config: ml_collections.ConfigDict, workdir: str, allow_config_change=(
   task = data.load_task(cfg)
   resume.check_vocabularies(workdir, task)
   if is_writer:
-    resume_step = (layout.saved_steps(workdir) or [None])[-1]
-    resume.write_start_files(workdir, config, task, changes, resume_step)
-    killed = run_times.recover_killed_run(workdir)
-    if killed:
-      logging.info('an earlier process was killed at step %d after %.0f s; recorded in %s',
-                   killed['last_step'], killed['wall_s'], layout.RUN_TIMES)
+    _write_start_files(workdir, config, task, changes)
   for note in change_notes:
     logging.warning('config change accepted on resume: %s', note)
   for warning in config_warnings(cfg):
@@ -142,36 +137,15 @@ def setup(config: ml_collections.ConfigDict, workdir: str, allow_config_change=(
   state = init_state(model, tx, cfg)
   ckpt = checkpoint.Checkpointer(layout.checkpoint_dir(workdir),
                                  keep=cfg.train.keep_checkpoints)
-  selection = None
-  if SELECT_SPLIT in cfg.eval.splits:
-    plateau = cfg.optim.plateau_patience if cfg.optim.schedule == 'plateau' else 0
-    selection = Selection(resolve_metric(cfg.train.select_metric, cfg.task.name),
-                          patience=cfg.train.patience, plateau_patience=plateau)
+  selection = _selection(cfg)
   start, data_state = 0, {}
-  restored = ckpt.restore_or_none(target_state=state)
-  if restored is None:  # a killed first attempt's best steps belong to no saved state
-    ckpt.resume_best(0, None)
-  else:
+  restored = _restore(ckpt, state, selection)
+  if restored is not None:
     state, data_state, start = restored
-    logging.info('resumed from step %d (data position %s)', start, data_state)
-    if selection is not None:
-      selection.restore(data_state.get('selection'))
-    if not ckpt.resume_best(start, selection.best_step if selection else None):
-      logging.warning('the best checkpoint (step %d) that step %d refers to is missing; model '
-                      'selection starts again from step %d', selection.best_step, start, start)
-      selection.restore({'metric': selection.metric, 'best_step': None, 'best_value': None,
-                         'evals_since_best': 0})
   batches = data.train_batches(task, cfg, start_step=start)
   num_params = steps.count_params(state.params)
-  logging.info('%s model: %d parameters; %d devices; %d train pairs dropped by the length '
-               'filter', cfg.model.kind, num_params, parallel.num_devices, batches.num_filtered)
-  progress = writers.ProgressLine(cfg.train.num_steps, start_step=start, enabled=is_writer,
-                                  eval_every=cfg.train.eval_every)
-  for line in console.start_summary(
-      cfg, num_params=num_params, num_devices=parallel.num_devices, workdir=workdir,
-      log=layout.log_path(workdir, jax.process_index()), selection=selection,
-      start_step=start, filtered=batches.num_filtered):
-    progress.note(line)
+  progress = _start_progress(cfg, workdir, parallel, selection, start, num_params,
+                             batches.num_filtered, enabled=is_writer)
   run = Run(cfg=cfg, config_dict=config.to_dict(), workdir=workdir, parallel=parallel,
             ckpt=ckpt, evaluator=Evaluator(model, task, cfg, parallel, workdir,
                                            enabled=is_writer),
@@ -189,13 +163,74 @@ def setup(config: ml_collections.ConfigDict, workdir: str, allow_config_change=(
                                                cpu_started=cpu_started, enabled=is_writer,
                                                machine=machine.default_machine_name()))
   if is_writer:
-    entry = {'first_step': start, 'at': layout.now(),
-             **provenance.record(_devices(cfg.parallel.num_devices) or jax.devices(),
-                                jax.process_count())}
-    with open(os.path.join(workdir, layout.PROVENANCE), 'a', encoding='utf-8') as f:
-      f.write(json.dumps(entry) + '\n')
+    _append_provenance(workdir, cfg, start)
   run.stopped_early = stops_early(run)  # a rerun of a run that stopped early trains no more
   return run, state, batches, start
+
+
+def _write_start_files(workdir: str, config, task, changes) -> None:
+  """Process 0's files before anything trains; a killed earlier process gets its line of
+  run_times.jsonl."""
+  resume_step = (layout.saved_steps(workdir) or [None])[-1]
+  resume.write_start_files(workdir, config, task, changes, resume_step)
+  killed = run_times.recover_killed_run(workdir)
+  if killed:
+    logging.info('an earlier process was killed at step %d after %.0f s; recorded in %s',
+                 killed['last_step'], killed['wall_s'], layout.RUN_TIMES)
+
+
+def _selection(cfg: config_lib.RunConfig) -> Selection | None:
+  """Model selection on the eval split; None when eval.splits has none."""
+  if SELECT_SPLIT not in cfg.eval.splits:
+    return None
+  plateau = cfg.optim.plateau_patience if cfg.optim.schedule == 'plateau' else 0
+  return Selection(resolve_metric(cfg.train.select_metric, cfg.task.name),
+                   patience=cfg.train.patience, plateau_patience=plateau)
+
+
+def _restore(ckpt: checkpoint.Checkpointer, state: steps.TrainState,
+             selection: Selection | None) -> tuple[steps.TrainState, dict, int] | None:
+  """The latest checkpoint's (state, data_state, step), with `selection` restored from it;
+  None when there is none."""
+  restored = ckpt.restore_or_none(target_state=state)
+  if restored is None:  # a killed first attempt's best steps belong to no saved state
+    ckpt.resume_best(0, None)
+    return None
+  _, data_state, start = restored
+  logging.info('resumed from step %d (data position %s)', start, data_state)
+  if selection is not None:
+    selection.restore(data_state.get('selection'))
+  if not ckpt.resume_best(start, selection.best_step if selection else None):
+    logging.warning('the best checkpoint (step %d) that step %d refers to is missing; model '
+                    'selection starts again from step %d', selection.best_step, start, start)
+    selection.restore({'metric': selection.metric, 'best_step': None, 'best_value': None,
+                       'evals_since_best': 0})
+  return restored
+
+
+def _start_progress(cfg: config_lib.RunConfig, workdir: str, parallel: DataParallel,
+                    selection: Selection | None, start: int, num_params: int, filtered: int, *,
+                    enabled: bool) -> writers.ProgressLine:
+  """The console's progress line, opened with the run's summary (also logged)."""
+  logging.info('%s model: %d parameters; %d devices; %d train pairs dropped by the length '
+               'filter', cfg.model.kind, num_params, parallel.num_devices, filtered)
+  progress = writers.ProgressLine(cfg.train.num_steps, start_step=start, enabled=enabled,
+                                  eval_every=cfg.train.eval_every)
+  for line in console.start_summary(
+      cfg, num_params=num_params, num_devices=parallel.num_devices, workdir=workdir,
+      log=layout.log_path(workdir, jax.process_index()), selection=selection,
+      start_step=start, filtered=filtered):
+    progress.note(line)
+  return progress
+
+
+def _append_provenance(workdir: str, cfg: config_lib.RunConfig, start: int) -> None:
+  """One line of provenance.jsonl per process run: the machine and the software it ran."""
+  entry = {'first_step': start, 'at': layout.now(),
+           **provenance.record(_devices(cfg.parallel.num_devices) or jax.devices(),
+                              jax.process_count())}
+  with open(os.path.join(workdir, layout.PROVENANCE), 'a', encoding='utf-8') as f:
+    f.write(json.dumps(entry) + '\n')
 
 
 def stops_early(run: Run) -> bool:
@@ -238,50 +273,132 @@ def _diverged(run: Run, problem: str, step: int, error=DivergenceError) -> Diver
                f'{divergence.advice(run.cfg)}')
 
 
-def train_loop(run: Run, state: steps.TrainState, batches, start: int):
-  """Trains from step `start` until `train.num_steps` or early stopping.
+class _Window:
+  """The per-step sums since the last training event, still on the devices, and when the
+  window began."""
 
-  Returns the replicated state and the newest evaluation of each split: {split: (step, metrics)}.
-  """
-  cfg, parallel, ckpt, selection = run.cfg, run.parallel, run.ckpt, run.selection
-  train_step = parallel.compile_train_step(
-      lambda s, b, k, axis_name: steps.train_step(
-          s, b, k, axis_name=axis_name, label_smoothing=cfg.train.label_smoothing))
-  p_state = parallel.replicate(state)
-  if not run.stopped_early and selection is not None and selection.lr_cut_due:
-    # Resumed from a stop at the learning-rate floor under a lower optim.plateau_min_scale:
-    # the cut that was due then is made now, as a run under the lower floor made it.
-    p_state = cut_learning_rate(run, p_state)
-  dropout_key = jax.random.fold_in(jax.random.key(cfg.seed), 1)
-  window, window_start, log_due, latest = [], time.perf_counter(), None, {}
+  def __init__(self):
+    self.sums, self.started = [], time.perf_counter()
 
-  def flush_window(step: int) -> None:
-    """Fetches the window's sums (the loop's only host sync), checks, writes one event."""
-    nonlocal window, window_start
-    sums = parallel.fetch_sums(window)
-    elapsed = time.perf_counter() - window_start
-    window, window_start = [], time.perf_counter()
-    scalars = metrics.summarize(sums)
-    loss = scalars['loss'] if np.isfinite(sums['loss_sum']) else math.nan
-    problem = run.guard.problem(loss)
-    if problem:
-      raise _diverged(run, problem, step,
-                      DivergenceError if math.isfinite(loss) else NonFiniteLossError)
-    run.loss = loss
-    # The update that produced `step` used schedule(step - 1): optax counts updates from 0.
-    scalars.update(learning_rate=float(run.schedule(step - 1)) * run.lr_scale,
-                   steps_per_sec=sums['steps'] / elapsed,
-                   tokens_per_sec=sums['token_count'] / elapsed)
-    run.writer.write(step, 'train', scalars)
-    run.progress.update(step, scalars)
-    run.run_time.update(step)
+  def take(self, parallel: DataParallel) -> tuple[dict[str, float], float]:
+    """The window's summed metrics and seconds (the loop's only host sync); a new window
+    begins."""
+    sums = parallel.fetch_sums(self.sums)
+    elapsed = time.perf_counter() - self.started
+    self.sums, self.started = [], time.perf_counter()
+    return sums, elapsed
 
-  def evaluate(step: int) -> None:
+
+def _log_train(run: Run, step: int, sums: dict[str, float], elapsed: float) -> None:
+  """Checks a window's loss against the divergence guard, then writes one training event."""
+  scalars = metrics.summarize(sums)
+  loss = scalars['loss'] if np.isfinite(sums['loss_sum']) else math.nan
+  problem = run.guard.problem(loss)
+  if problem:
+    raise _diverged(run, problem, step,
+                    DivergenceError if math.isfinite(loss) else NonFiniteLossError)
+  run.loss = loss
+  # The update that produced `step` used schedule(step - 1): optax counts updates from 0.
+  scalars.update(learning_rate=float(run.schedule(step - 1)) * run.lr_scale,
+                 steps_per_sec=sums['steps'] / elapsed,
+                 tokens_per_sec=sums['token_count'] / elapsed)
+  run.writer.write(step, 'train', scalars)
+  run.progress.update(step, scalars)
+  run.run_time.update(step)
+
+
+def _data_state(run: Run, step: int) -> dict:
+  """What a checkpoint saves beside the state: the data position, selection and loss guard."""
+  selection, lowest = run.selection, run.guard.lowest
+  return {'step': step, 'selection': selection.to_json() if selection else None,
+          'lowest_loss': lowest if math.isfinite(lowest) else None,
+          'loss': run.loss if math.isfinite(run.loss) else None}
+
+
+def _save(run: Run, step: int, p_state, *, force: bool = False) -> None:
+  run.ckpt.save(step, run.parallel.fetch(p_state), _data_state(run, step), run.config_dict,
+                force=force, best_step=run.selection.best_step if run.selection else None)
+
+
+class _Loop:
+  """train_loop's state between steps: the newest evaluations, the metrics window, a pending
+  log event and `finished`, the last finished step with its replicated state. The two are one
+  attribute, assigned together, so that a signal between two statements never pairs a step
+  with another step's state."""
+
+  def __init__(self, run: Run, state: steps.TrainState, start: int):
+    self.run = run
+    label_smoothing = run.cfg.train.label_smoothing
+    self.train_step = run.parallel.compile_train_step(
+        lambda s, b, k, axis_name: steps.train_step(
+            s, b, k, axis_name=axis_name, label_smoothing=label_smoothing))
+    p_state = run.parallel.replicate(state)
+    selection = run.selection
+    if not run.stopped_early and selection is not None and selection.lr_cut_due:
+      # Resumed from a stop at the learning-rate floor under a lower optim.plateau_min_scale:
+      # the cut that was due then is made now, as a run under the lower floor made it.
+      p_state = cut_learning_rate(run, p_state)
+    self.finished = (start, p_state)
+    self.dropout_key = jax.random.fold_in(jax.random.key(run.cfg.seed), 1)
+    self.window = _Window()
+    self.log_due = None  # a step whose training event waits for the next step's dispatch
+    self.latest = {}  # {split: (step, metrics)}
+
+  @property
+  def p_state(self):
+    return self.finished[1]
+
+  def train(self, batches, start: int, end: int) -> None:
+    """Steps `start + 1` to `end`; on a stop (KeyboardInterrupt) saves the last finished step."""
+    run = self.run
+    try:
+      for step in range(start + 1, end + 1):
+        interrupt.check()  # a Ctrl-C / SIGTERM that arrived inside a finaliser stops here
+        p_state, sums = self.train_step(self.p_state, run.parallel.shard_batch(next(batches)),
+                                        self.dropout_key)
+        self.finished = (step, p_state)
+        run.step = step
+        if self.log_due is not None:  # fetched only after the next step was dispatched
+          self.flush(self.log_due)
+          self.log_due = None
+        self.window.sums.append(sums)
+        if self.at_cadences(step):
+          break
+        self.save_if_preempted(step)
+    except KeyboardInterrupt:
+      self.save_at_stop(*self.finished)
+      raise
+
+  def at_cadences(self, step: int) -> bool:
+    """Evaluates, checkpoints and logs where `step` is due; returns whether the run stops."""
+    run, train_cfg = self.run, self.run.cfg.train
+    is_last = step == train_cfg.num_steps
+    save = step % train_cfg.checkpoint_every == 0 or is_last
+    evaluate_now = step % train_cfg.eval_every == 0 or is_last
+    if not (save or evaluate_now):
+      if step % train_cfg.log_every == 0:
+        self.log_due = step
+      return False
+    self.flush(step)  # never evaluate or checkpoint a diverged state
+    if evaluate_now:
+      self.evaluate(step)  # before the save: a non-finite eval metric keeps the last good one
+      self.select(step)
+    if save or run.stopped_early:
+      _save(run, step, self.p_state)
+    return run.stopped_early
+
+  def flush(self, step: int) -> None:
+    """Fetches the window's sums, checks them, writes one training event."""
+    sums, elapsed = self.window.take(self.run.parallel)
+    _log_train(self.run, step, sums, elapsed)
+
+  def evaluate(self, step: int) -> None:
     """The eval splits at `step`: selection, divergence check, metrics and console lines."""
+    run, selection, params = self.run, self.run.selection, self.p_state.params
     with run.progress.evaluating():
-      for split in cfg.eval.splits:
-        result = run.evaluator.evaluate(p_state.params, split, step)
-        latest[split] = (step, result)
+      for split in run.cfg.eval.splits:
+        result = run.evaluator.evaluate(params, split, step)
+        self.latest[split] = (step, result)
         run.writer.write(step, split, result)
         problem = divergence.eval_problem(split, result)
         improved = (selection is not None and split == SELECT_SPLIT and not problem
@@ -290,76 +407,57 @@ def train_loop(run: Run, state: steps.TrainState, batches, start: int):
         if problem:
           raise _diverged(run, problem, step)
         if improved:
-          ckpt.save_best(step, parallel.fetch(p_state.params),
-                         {'eval': writers.to_json(result), **selection.to_json()})
+          run.ckpt.save_best(step, run.parallel.fetch(params),
+                             {'eval': writers.to_json(result), **selection.to_json()})
 
-  def data_state(step: int) -> dict:
-    lowest = run.guard.lowest
-    return {'step': step, 'selection': selection.to_json() if selection else None,
-            'lowest_loss': lowest if math.isfinite(lowest) else None,
-            'loss': run.loss if math.isfinite(run.loss) else None}
+  def select(self, step: int) -> None:
+    """After an evaluation: stops early, or cuts the learning rate (before the save, so that a
+    resumed run continues at the new rate)."""
+    run, selection = self.run, self.run.selection
+    run.stopped_early = stops_early(run)
+    if run.stopped_early and not selection.patience_exhausted:
+      run.progress.note(f'learning rate floor reached: a cut below '
+                        f'x{run.cfg.optim.plateau_min_scale:g} (optim.plateau_min_scale) ends '
+                        'the run')
+    elif selection is not None and selection.lr_cut_due:
+      self.finished = (step, cut_learning_rate(run, self.p_state))
 
-  def save_at_stop(step: int, state) -> None:
+  def save_if_preempted(self, step: int) -> None:
+    """Multi-process jobs save where all processes agree JAX reported a preemption, then stop."""
+    if jax.process_count() > 1 and self.run.ckpt.reached_preemption(step):
+      _save(self.run, step, self.p_state, force=True)
+      raise KeyboardInterrupt(f'preempted at step {step}')
+
+  def save_at_stop(self, step: int, p_state) -> None:
     """On Ctrl-C or SIGTERM (a scheduler's time limit, a preemption): saves the state of the
     last finished step, so that the rerun resumes there rather than at the last interval
     checkpoint. Not when that step's updates diverged, nor when the signal came inside a step
     that had consumed its input state (donated), nor in multi-process jobs, whose processes
-    may stop at different steps (they save where JAX reports the preemption, below)."""
-    if jax.process_count() > 1 or step <= (ckpt.latest_step() or 0):
+    may stop at different steps (they save where JAX reports the preemption,
+    save_if_preempted)."""
+    run = self.run
+    if jax.process_count() > 1 or step <= (run.ckpt.latest_step() or 0):
       return
-    if any(x.is_deleted() for x in jax.tree.leaves(state)):
+    if any(x.is_deleted() for x in jax.tree.leaves(p_state)):
       return
-    if window:
+    if self.window.sums:
       try:
-        flush_window(step)
+        self.flush(step)
       except (DivergenceError, NonFiniteLossError):
         return
-    ckpt.save(step, parallel.fetch(state), data_state(step), run.config_dict, force=True,
-              best_step=selection.best_step if selection else None)
+    _save(run, step, p_state, force=True)
     logging.info('saved step %d at the stop', step)
 
-  end = start if run.stopped_early else cfg.train.num_steps  # rerun of an early-stopped run
-  finished = (start, p_state)  # the last finished step and its state, assigned together
-  try:
-    for step in range(start + 1, end + 1):
-      interrupt.check()  # a Ctrl-C / SIGTERM that arrived inside a finaliser stops here
-      p_state, sums = train_step(p_state, parallel.shard_batch(next(batches)), dropout_key)
-      finished = (step, p_state)
-      run.step = step
-      if log_due is not None:  # fetched only after the next step was dispatched
-        flush_window(log_due)
-        log_due = None
-      window.append(sums)
-      is_last = step == cfg.train.num_steps
-      save = step % cfg.train.checkpoint_every == 0 or is_last
-      evaluate_now = step % cfg.train.eval_every == 0 or is_last
-      if save or evaluate_now:
-        flush_window(step)  # never evaluate or checkpoint a diverged state
-        if evaluate_now:
-          evaluate(step)  # before the save: a non-finite eval metric keeps the last good one
-          run.stopped_early = stops_early(run)
-          if run.stopped_early and not selection.patience_exhausted:
-            run.progress.note(f'learning rate floor reached: a cut below '
-                              f'x{cfg.optim.plateau_min_scale:g} (optim.plateau_min_scale) ends '
-                              'the run')
-          elif selection is not None and selection.lr_cut_due:
-            p_state = cut_learning_rate(run, p_state)  # before the save: resumes at the new rate
-            finished = (step, p_state)
-        if save or run.stopped_early:
-          ckpt.save(step, parallel.fetch(p_state), data_state(step), run.config_dict,
-                    best_step=selection.best_step if selection else None)
-        if run.stopped_early:
-          break
-      elif step % cfg.train.log_every == 0:
-        log_due = step
-      if jax.process_count() > 1 and ckpt.reached_preemption(step):  # all processes agree
-        ckpt.save(step, parallel.fetch(p_state), data_state(step), run.config_dict, force=True,
-                  best_step=selection.best_step if selection else None)
-        raise KeyboardInterrupt(f'preempted at step {step}')
-  except KeyboardInterrupt:
-    save_at_stop(*finished)
-    raise
-  return p_state, latest
+
+def train_loop(run: Run, state: steps.TrainState, batches, start: int):
+  """Trains from step `start` until `train.num_steps` or early stopping.
+
+  Returns the replicated state and the newest evaluation of each split: {split: (step, metrics)}.
+  """
+  loop = _Loop(run, state, start)
+  end = start if run.stopped_early else run.cfg.train.num_steps  # rerun of an early-stopped run
+  loop.train(batches, start, end)
+  return loop.p_state, loop.latest
 
 
 def final_evaluation(run: Run, p_state, latest: dict) -> tuple[int, dict]:
