@@ -44,7 +44,6 @@ import os
 import re
 import shlex
 import signal
-import subprocess
 import sys
 
 from absl import app, flags
@@ -272,12 +271,7 @@ def run_sweep(
 ) -> int:
   """Runs (or lists) the sweep; returns the exit code: 0 when every trial finished."""
   experiment = trials_lib.load_experiment(experiment_path)
-  folders.check_folder_owner(workdir, experiment, '--workdir')
-  folders.check_folder_owner(archive, experiment, '--archive')
-  if archive and os.path.realpath(archive) == os.path.realpath(workdir):
-    # Archiving a trial onto itself would drop its checkpoints (archive.KEPT).
-    raise SweepError(f'--archive={archive} is the --workdir: the archive is a copy kept apart '
-                     f'from it; give another folder (e.g. --archive=results/{experiment.name})')
+  check_folders(experiment, workdir, archive)
   trials = list(experiment.trials)
   if only is not None:
     trials = [t for t in trials if t.name == only]
@@ -288,13 +282,8 @@ def run_sweep(
   dirs = {t.name: sweep_runner.trial_dir(workdir, t) for t in trials}
   states = {t.name: trial_dirs.trial_state(dirs[t.name]) for t in trials}
   if dry_run:
-    names = {t.name for t in chosen}
-    listed = [t for t in trials if t.name in names or t.name in errors]  # errors always show
-    shown, notes = dict(dirs), {}
-    if archive:
-      shown, notes = what_the_archives_hold(trials, configs, errors, states, dirs, archive,
-                                            share=share)
-    describe(experiment, listed, workdir, shown, states, configs, errors, out, notes)
+    list_trials(experiment, trials, chosen, configs, errors, dirs, states, workdir, archive,
+                share=share, out=out)
     return 1 if errors else 0
   for trial in trials:  # other settings are refused before anything is written
     trial_dirs.check_same_trial(dirs[trial.name], trial)
@@ -310,9 +299,60 @@ def run_sweep(
     f'run{selected}, {len(errors)} invalid -> {workdir}',
     out,
   )
+  runner = local_runner(workdir, configs, parallel=parallel, archive=archive, share=share,
+                        progress_every=progress_every, python=python, out=out)
+  for trial in trials:
+    if trial.name in errors:
+      runner.record_invalid(trial, errors[trial.name])
+  if todo:  # before any trial: trials of this and of other sweep processes start side by side
+    with claims.data_lock(workdir):
+      prepare_data(configs, todo, out)
+  if backend == 'slurm':
+    if not todo:
+      _print('nothing to submit: every valid trial is finished', out)
+      return 1 if errors else 0
+    slurm.submit(experiment_path, experiment.name, workdir, todo, archive=archive,
+                 sbatch_args=sbatch_args, parallel=parallel, dry_run=not submit, out=out)
+    return 0
+  final = runner.run(todo)
+  failed = len(errors) + sum(state not in ('finished', 'running') for state in final.values())
+  elsewhere = sum(state == 'running' for state in final.values())
+  if elsewhere:
+    _print(f'{elsewhere} trial(s) still running in another process, which finishes them', out)
+  if report and only is None:
+    write_reports(workdir, archive, out)
+  return 1 if failed else 0
+
+
+def check_folders(experiment, workdir: str, archive: str | None) -> None:
+  """Refuses a --workdir or --archive that holds another experiment's sweep, and an archive
+  that is the workdir itself."""
+  folders.check_folder_owner(workdir, experiment, '--workdir')
+  folders.check_folder_owner(archive, experiment, '--archive')
+  if archive and os.path.realpath(archive) == os.path.realpath(workdir):
+    # Archiving a trial onto itself would drop its checkpoints (archive.KEPT).
+    raise SweepError(f'--archive={archive} is the --workdir: the archive is a copy kept apart '
+                     f'from it; give another folder (e.g. --archive=results/{experiment.name})')
+
+
+def list_trials(experiment, trials, chosen, configs, errors, dirs, states, workdir, archive, *,
+                share: bool, out=None) -> None:
+  """--dry_run: the chosen trials and every invalid one, as this folder and the archives hold
+  them; writes nothing."""
+  names = {t.name for t in chosen}
+  listed = [t for t in trials if t.name in names or t.name in errors]  # errors always show
+  shown, notes = dict(dirs), {}
+  if archive:
+    shown, notes = what_the_archives_hold(trials, configs, errors, states, dirs, archive,
+                                          share=share)
+  describe(experiment, listed, workdir, shown, states, configs, errors, out, notes)
+
+
+def local_runner(workdir: str, configs: dict, *, parallel: int, archive: str | None, share: bool,
+                 progress_every: float, python: str, out=None) -> sweep_runner.LocalRunner:
   steps = {name: config.train.num_steps for name, config in configs.items()}
   sharing = bool(archive and share)
-  runner = sweep_runner.LocalRunner(
+  return sweep_runner.LocalRunner(
     workdir,
     steps,
     parallel=max(parallel, 1),
@@ -325,44 +365,13 @@ def run_sweep(
     copy_shared=(lambda t: shared_lib.copy_shared([t], configs, workdir, archive).get(t.name))
     if sharing else None,
   )
-  for trial in trials:
-    if trial.name in errors:
-      runner.record_invalid(trial, errors[trial.name])
-  if todo:  # before any trial: trials of this and of other sweep processes start side by side
-    with claims.data_lock(workdir):
-      prepare_data(configs, todo, out)
-  if backend == 'slurm':
-    if not todo:
-      _print('nothing to submit: every valid trial is finished', out)
-      return 1 if errors else 0
-    commands = slurm.write_slurm_commands(experiment_path, workdir, todo, archive=archive)
-    command, env = slurm.slurm_submission(
-      commands,
-      shlex.split(sbatch_args),
-      parallel=parallel,
-      job_name=f'attnlab-{experiment.name}',
-      dry_run=not submit,
-    )
-    _print(f'wrote {commands} ({len(todo)} trials)', out)
-    done = subprocess.run(command, env=env, capture_output=True, text=True)
-    if done.returncode:
-      raise SweepError(f'{shlex.join(command)} failed: {done.stderr.strip()}')
-    if submit:
-      _print(f'submitted job {done.stdout.strip()}', out)
-    else:
-      _print(f'not submitted (add --submit); it would run:\n{done.stdout.strip()}', out)
-    return 0
-  final = runner.run(todo)
-  failed = len(errors) + sum(state not in ('finished', 'running') for state in final.values())
-  elsewhere = sum(state == 'running' for state in final.values())
-  if elsewhere:
-    _print(f'{elsewhere} trial(s) still running in another process, which finishes them', out)
-  if report and only is None:
-    with claims.sweep_lock(workdir):  # one report at a time: the last one written is complete
-      _print(f'report: {report_lib.write_report(workdir)}', out)
-      if archive:
-        _print(f'report: {report_lib.write_report(archive)}', out)
-  return 1 if failed else 0
+
+
+def write_reports(workdir: str, archive: str | None, out=None) -> None:
+  with claims.sweep_lock(workdir):  # one report at a time: the last one written is complete
+    _print(f'report: {report_lib.write_report(workdir)}', out)
+    if archive:
+      _print(f'report: {report_lib.write_report(archive)}', out)
 
 
 def _interrupt(signum, frame):

@@ -1,11 +1,12 @@
 """A sweep as a SLURM job array: `write_slurm_commands` lists one command per trial for
-launch/slurm_sweep.sh, which submits them as one job array (`slurm_submission`). Each command
-runs one trial through the local runner (`attnlab.sweep ... --trial=NAME`)."""
+launch/slurm_sweep.sh, which submits them as one job array (`slurm_submission`; `submit` does
+both). Each command runs one trial through the local runner (`attnlab.sweep ... --trial=NAME`)."""
 
 from __future__ import annotations
 
 import os
 import shlex
+import subprocess
 import sys
 from collections.abc import Sequence
 
@@ -61,3 +62,37 @@ def slurm_submission(
   if parallel > 0:
     env['MAX_PARALLEL'] = str(parallel)
   return command + [commands_file, *sbatch_args], env
+
+
+def submit(
+  experiment_path: str,
+  experiment_name: str,
+  workdir: str,
+  trials: Sequence[Trial],
+  *,
+  archive: str | None,
+  sbatch_args: str,
+  parallel: int,
+  dry_run: bool,
+  out=None,
+) -> None:
+  """Writes the trials' commands and runs launch/slurm_sweep.sh on them: it submits the job
+  array, or with `dry_run` prints the sbatch command it would run."""
+  out = out or sys.stdout
+  commands = write_slurm_commands(experiment_path, workdir, trials, archive=archive)
+  command, env = slurm_submission(
+    commands,
+    shlex.split(sbatch_args),
+    parallel=parallel,
+    job_name=f'attnlab-{experiment_name}',
+    dry_run=dry_run,
+  )
+  print(f'wrote {commands} ({len(trials)} trials)', file=out, flush=True)
+  done = subprocess.run(command, env=env, capture_output=True, text=True)
+  if done.returncode:
+    raise SweepError(f'{shlex.join(command)} failed: {done.stderr.strip()}')
+  if dry_run:
+    print(f'not submitted (add --submit); it would run:\n{done.stdout.strip()}', file=out,
+          flush=True)
+  else:
+    print(f'submitted job {done.stdout.strip()}', file=out, flush=True)
