@@ -23,8 +23,9 @@ score (an n-best list); `NBestResult.best()` keeps the first of each row.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import flax.struct
 import jax
@@ -244,59 +245,26 @@ def beam_search_nbest(
   def cond(state):
     return (state['i'] < T) & ~jnp.all(state['fin_count_B'] >= W)
 
-  def body(state):
-    i = state['i']
-    logits_NxV, attn_NxS, carry = step_fn(state['last_N'], state['carry'])
-    V = logits_NxV.shape[-1]
-    if V < 2:
-      raise ValueError(f'beam search needs a vocabulary of at least 2 tokens, got V={V}')
-    logp_BxWxV = next_token_log_probs(logits_NxV, bos_id).reshape(B, W, V)
-    cand_BxWxV = state['alive_logp_BxW'][:, :, None] + logp_BxWxV
-    # 2W candidates: at most W of them (one per origin) end in EOS, so W always stay alive.
-    top_logp_Bx2W, top_idx_Bx2W = top_k(cand_BxWxV.reshape(B, W * V), 2 * W)
-    origin_Bx2W = (top_idx_Bx2W // V).astype(jnp.int32)
-    token_Bx2W = (top_idx_Bx2W % V).astype(jnp.int32)
-    seqs_Bx2WxT = _take_rows(state['alive_seqs_BxWxT'], origin_Bx2W).at[:, :, i].set(token_Bx2W)
-    step_attn_Bx2WxS = _take_rows(attn_NxS.astype(jnp.float32).reshape(B, W, S), origin_Bx2W)
-    attn_Bx2WxTxS = _take_rows(state['alive_attn_BxWxTxS'], origin_Bx2W)
-    attn_Bx2WxTxS = attn_Bx2WxTxS.at[:, :, i].set(step_attn_Bx2WxS)
+  body = functools.partial(_beam_step, step_fn=step_fn, max_length=T,
+                           alpha=alpha, bos_id=bos_id, eos_id=eos_id)
+  state = lax.while_loop(cond, body, _beam_start(bos_N, carry0, B=B, W=W, T=T, S=S))
+  # top_k keeps the finished set sorted, so slot 0 is the best; the last step always finishes
+  # at least beam 0, so slot 0 is a real hypothesis.
+  return NBestResult(
+    tokens_BxKxT=state['fin_seqs_BxWxT'],
+    lengths_BxK=state['fin_lengths_BxW'],
+    scores_BxK=state['fin_scores_BxW'],
+    log_probs_BxK=state['fin_logp_BxW'],
+    attention_BxKxTxS=state['fin_attn_BxWxTxS'],
+  )
 
-    # Finish: EOS (or any extension at max_length) among the top W ranks of live rows.
-    valid_Bx2W = top_logp_Bx2W > NEG_INF / 2
-    ends_Bx2W = valid_Bx2W & ((token_Bx2W == eos_id) | (i + 1 == T))
-    done_B = state['fin_count_B'] >= W
-    finish_BxW = ends_Bx2W[:, :W] & ~done_B[:, None]
-    new_scores_BxW = jnp.where(
-      finish_BxW, top_logp_Bx2W[:, :W] / length_penalty_factor(i + 1, alpha), NEG_INF
-    )
-    pool_scores_Bx2W = jnp.concatenate([state['fin_scores_BxW'], new_scores_BxW], axis=1)
-    fin_scores_BxW, keep_BxW = top_k(pool_scores_Bx2W, W)
-    pool = lambda old, new: _take_rows(jnp.concatenate([old, new[:, :W]], axis=1), keep_BxW)
-    new_lengths_Bx2W = jnp.full((B, 2 * W), i + 1, jnp.int32)
 
-    # Stay alive: the W best extensions that did not end.
-    alive_scores_Bx2W = jnp.where(ends_Bx2W, NEG_INF, top_logp_Bx2W)
-    alive_logp_BxW, sel_BxW = top_k(alive_scores_Bx2W, W)
-    alive_origin_BxW = _take_rows(origin_Bx2W, sel_BxW)
-    return dict(
-      i=i + 1,
-      last_N=_take_rows(token_Bx2W, sel_BxW).reshape(B * W),
-      carry=_gather_carry(carry, alive_origin_BxW, W),
-      alive_logp_BxW=alive_logp_BxW,
-      alive_seqs_BxWxT=_take_rows(seqs_Bx2WxT, sel_BxW),
-      alive_attn_BxWxTxS=_take_rows(attn_Bx2WxTxS, sel_BxW),
-      fin_scores_BxW=fin_scores_BxW,
-      fin_logp_BxW=pool(state['fin_logp_BxW'], top_logp_Bx2W),
-      fin_lengths_BxW=pool(state['fin_lengths_BxW'], new_lengths_Bx2W),
-      fin_seqs_BxWxT=pool(state['fin_seqs_BxWxT'], seqs_Bx2WxT),
-      fin_attn_BxWxTxS=pool(state['fin_attn_BxWxTxS'], attn_Bx2WxTxS),
-      fin_count_B=state['fin_count_B'] + jnp.sum(finish_BxW, axis=1, dtype=jnp.int32),
-    )
-
+def _beam_start(bos_N: jax.Array, carry0: Any, *, B: int, W: int, T: int, S: int) -> dict:
+  """The loop state before the first step: the alive beams and the (empty) finished set."""
   # Only beam 0 is alive at the start, so the W copies of BOS do not fill the beam with
   # duplicates of the same hypothesis.
   beam0_BxW = jnp.broadcast_to(jnp.arange(W) == 0, (B, W))
-  state = dict(
+  return dict(
     i=jnp.array(0, jnp.int32),
     last_N=bos_N,
     carry=carry0,
@@ -310,15 +278,92 @@ def beam_search_nbest(
     fin_attn_BxWxTxS=jnp.zeros((B, W, T, S), jnp.float32),
     fin_count_B=jnp.zeros((B,), jnp.int32),
   )
-  state = lax.while_loop(cond, body, state)
-  # top_k keeps the finished set sorted, so slot 0 is the best; the last step always finishes
-  # at least beam 0, so slot 0 is a real hypothesis.
-  return NBestResult(
-    tokens_BxKxT=state['fin_seqs_BxWxT'],
-    lengths_BxK=state['fin_lengths_BxW'],
-    scores_BxK=state['fin_scores_BxW'],
-    log_probs_BxK=state['fin_logp_BxW'],
-    attention_BxKxTxS=state['fin_attn_BxWxTxS'],
+
+
+class _Extensions(NamedTuple):
+  """The 2W best (origin beam, token) extensions of every row, best first, with their
+  summed log-probability, token sequence and attention history."""
+
+  logp_Bx2W: jax.Array
+  origin_Bx2W: jax.Array
+  token_Bx2W: jax.Array
+  seqs_Bx2WxT: jax.Array
+  attn_Bx2WxTxS: jax.Array
+
+
+def _beam_step(state: dict, *, step_fn: StepFn, max_length: int, alpha: float, bos_id: int,
+               eos_id: int) -> dict:
+  """One step: every alive beam extended by every token; the extensions that end join the
+  finished set, the W best of the others stay alive."""
+  i = state['i']
+  logits_NxV, attn_NxS, carry = step_fn(state['last_N'], state['carry'])
+  ext = _extend(state, logits_NxV, attn_NxS, bos_id=bos_id)
+  # Finish: EOS (or any extension at max_length) among the top W ranks of live rows.
+  valid_Bx2W = ext.logp_Bx2W > NEG_INF / 2
+  ends_Bx2W = valid_Bx2W & ((ext.token_Bx2W == eos_id) | (i + 1 == max_length))
+  finished = _finish(state, ext, ends_Bx2W, alpha=alpha)
+  alive = _stay_alive(ext, ends_Bx2W, carry)
+  return dict(i=i + 1, **alive, **finished)
+
+
+def _extend(state: dict, logits_NxV: jax.Array, attn_NxS: jax.Array, *,
+            bos_id: int) -> _Extensions:
+  """Every alive beam extended by every token; the 2W best extensions of each row."""
+  i = state['i']
+  B, W = state['alive_logp_BxW'].shape
+  V, S = logits_NxV.shape[-1], attn_NxS.shape[-1]
+  if V < 2:
+    raise ValueError(f'beam search needs a vocabulary of at least 2 tokens, got V={V}')
+  logp_BxWxV = next_token_log_probs(logits_NxV, bos_id).reshape(B, W, V)
+  cand_BxWxV = state['alive_logp_BxW'][:, :, None] + logp_BxWxV
+  # 2W candidates: at most W of them (one per origin) end in EOS, so W always stay alive.
+  top_logp_Bx2W, top_idx_Bx2W = top_k(cand_BxWxV.reshape(B, W * V), 2 * W)
+  origin_Bx2W = (top_idx_Bx2W // V).astype(jnp.int32)
+  token_Bx2W = (top_idx_Bx2W % V).astype(jnp.int32)
+  seqs_Bx2WxT = _take_rows(state['alive_seqs_BxWxT'], origin_Bx2W).at[:, :, i].set(token_Bx2W)
+  step_attn_Bx2WxS = _take_rows(attn_NxS.astype(jnp.float32).reshape(B, W, S), origin_Bx2W)
+  attn_Bx2WxTxS = _take_rows(state['alive_attn_BxWxTxS'], origin_Bx2W)
+  attn_Bx2WxTxS = attn_Bx2WxTxS.at[:, :, i].set(step_attn_Bx2WxS)
+  return _Extensions(top_logp_Bx2W, origin_Bx2W, token_Bx2W, seqs_Bx2WxT, attn_Bx2WxTxS)
+
+
+def _finish(state: dict, ext: _Extensions, ends_Bx2W: jax.Array, *, alpha: float) -> dict:
+  """The finished set after this step: the W best of those finished before and the ending
+  extensions among the top W ranks, scored with the length penalty; rows already done take
+  no more."""
+  i = state['i']
+  B, W = state['fin_scores_BxW'].shape
+  done_B = state['fin_count_B'] >= W
+  finish_BxW = ends_Bx2W[:, :W] & ~done_B[:, None]
+  new_scores_BxW = jnp.where(
+    finish_BxW, ext.logp_Bx2W[:, :W] / length_penalty_factor(i + 1, alpha), NEG_INF
+  )
+  pool_scores_Bx2W = jnp.concatenate([state['fin_scores_BxW'], new_scores_BxW], axis=1)
+  fin_scores_BxW, keep_BxW = top_k(pool_scores_Bx2W, W)
+  pool = lambda old, new: _take_rows(jnp.concatenate([old, new[:, :W]], axis=1), keep_BxW)
+  new_lengths_Bx2W = jnp.full((B, 2 * W), i + 1, jnp.int32)
+  return dict(
+    fin_scores_BxW=fin_scores_BxW,
+    fin_logp_BxW=pool(state['fin_logp_BxW'], ext.logp_Bx2W),
+    fin_lengths_BxW=pool(state['fin_lengths_BxW'], new_lengths_Bx2W),
+    fin_seqs_BxWxT=pool(state['fin_seqs_BxWxT'], ext.seqs_Bx2WxT),
+    fin_attn_BxWxTxS=pool(state['fin_attn_BxWxTxS'], ext.attn_Bx2WxTxS),
+    fin_count_B=state['fin_count_B'] + jnp.sum(finish_BxW, axis=1, dtype=jnp.int32),
+  )
+
+
+def _stay_alive(ext: _Extensions, ends_Bx2W: jax.Array, carry: Any) -> dict:
+  """The next alive beams: the W best extensions that did not end, with their origin's carry."""
+  B, W = ends_Bx2W.shape[0], ends_Bx2W.shape[1] // 2
+  alive_scores_Bx2W = jnp.where(ends_Bx2W, NEG_INF, ext.logp_Bx2W)
+  alive_logp_BxW, sel_BxW = top_k(alive_scores_Bx2W, W)
+  alive_origin_BxW = _take_rows(ext.origin_Bx2W, sel_BxW)
+  return dict(
+    last_N=_take_rows(ext.token_Bx2W, sel_BxW).reshape(B * W),
+    carry=_gather_carry(carry, alive_origin_BxW, W),
+    alive_logp_BxW=alive_logp_BxW,
+    alive_seqs_BxWxT=_take_rows(ext.seqs_Bx2WxT, sel_BxW),
+    alive_attn_BxWxTxS=_take_rows(ext.attn_Bx2WxTxS, sel_BxW),
   )
 
 
