@@ -88,6 +88,41 @@ def _share(global_batch_size: int, process_index: int, process_count: int) -> in
   return global_batch_size // process_count
 
 
+def _check_options(batching: str, max_source_length: int, max_target_length: int,
+                   bucket_size: int, seed: int) -> None:
+  if batching not in batching_lib.BATCHINGS:
+    raise ConfigError(f'data.batching={batching!r} is not valid; choose from '
+                      f'{", ".join(batching_lib.BATCHINGS)}')
+  if min(max_source_length, max_target_length, bucket_size) < 1:
+    raise ValueError(
+      f'max_source_length={max_source_length}, max_target_length={max_target_length} and '
+      f'bucket_size={bucket_size} must be positive'
+    )
+  if not 0 <= seed < 2**32:
+    raise ValueError(f'seed={seed} must be in [0, 2**32) to shuffle the training data')
+
+
+def _example_steps(kept: np.ndarray, global_batch_size: int, seed: int,
+                   reshuffle_each_epoch: bool) -> grain.MapDataset:
+  """'examples' batching: global step k -> the example indices of its global batch."""
+  # Stream position j -> example index, shuffled per epoch and repeated forever.
+  order = grain.MapDataset.source(kept)
+  order = order.shuffle(seed=seed).repeat(reseed_each_epoch=reshuffle_each_epoch)
+  return order.batch(global_batch_size, drop_remainder=True, batch_fn=np.asarray)
+
+
+def _token_schedule(source_lengths: np.ndarray, target_lengths: np.ndarray,
+                    **kwargs) -> batching_lib.TokenSchedule:
+  """'tokens' batching: the schedule of padded shapes (batching.token_schedule), logged."""
+  schedule = batching_lib.token_schedule(source_lengths, target_lengths, **kwargs)
+  logging.info(
+    'Token batching: %d padded shapes (rows x source x target) %s; padding %.1f%% of the '
+    'real tokens.', len(schedule.shapes), ', '.join('x'.join(map(str, s)) for s in schedule.shapes),
+    100 * schedule.padding,
+  )
+  return schedule
+
+
 class TrainBatches:
   """Endless iterator over this process's share of each global training batch.
 
@@ -130,26 +165,40 @@ class TrainBatches:
     row_multiple: int = 1,
   ):
     self.local_batch_size = _share(global_batch_size, process_index, process_count)
-    if batching not in batching_lib.BATCHINGS:
-      raise ConfigError(f'data.batching={batching!r} is not valid; choose from '
-                        f'{", ".join(batching_lib.BATCHINGS)}')
-    if min(max_source_length, max_target_length, bucket_size) < 1:
-      raise ValueError(
-        f'max_source_length={max_source_length}, max_target_length={max_target_length} and '
-        f'bucket_size={bucket_size} must be positive'
-      )
-    if not 0 <= seed < 2**32:
-      raise ValueError(f'seed={seed} must be in [0, 2**32) to shuffle the training data')
+    _check_options(batching, max_source_length, max_target_length, bucket_size, seed)
     self._source = source
     self._source_vocab, self._target_vocab = source_vocab, target_vocab
     self._max_lengths = (max_source_length, max_target_length)
     self._bucket_size, self._global_batch_size = bucket_size, global_batch_size
     self._process_index, self._process_count = process_index, process_count
+    self._kept = np.flatnonzero(self._length_filter())
+    self.shapes = None  # 'tokens': [(global rows, S, T)] of the padded shapes
+    if batching == 'examples':
+      self._steps = _example_steps(self._kept, global_batch_size, seed, reshuffle_each_epoch)
+    else:
+      self.local_batch_size = None  # rows differ from shape to shape
+      self._schedule = _token_schedule(
+        *self.kept_lengths(), tokens_per_batch=tokens_per_batch, num_buckets=num_buckets,
+        row_multiple=batching_lib.device_row_multiple(row_multiple, process_count), seed=seed,
+        reshuffle_each_epoch=reshuffle_each_epoch,
+      )
+      self.shapes = self._schedule.shapes
+    # Random access: dataset[k] is this process's share of global batch k.
+    self.dataset = grain.MapDataset.range(0, sys.maxsize).map(self._local_batch)
+    read = grain.ReadOptions(num_threads=1 if prefetch else 0, prefetch_buffer_size=prefetch)
+    self._iterator = self.dataset.to_iter_dataset(read).__iter__()
+    if start_step:
+      self.set_state({'step': start_step})
 
+  def _length_filter(self) -> np.ndarray:
+    """Tokenizes every training example once; which pairs fit the max lengths (bool [n])."""
+    max_source_length, max_target_length = self._max_lengths
     # Token counts (EOS included) of every training example, kept or not.
-    self.source_lengths, self.target_lengths = token_lengths(source, source_vocab, target_vocab)
+    self.source_lengths, self.target_lengths = token_lengths(
+      self._source, self._source_vocab, self._target_vocab
+    )
     keep = (self.source_lengths <= max_source_length) & (self.target_lengths <= max_target_length)
-    self.num_examples = len(source)
+    self.num_examples = len(self._source)
     self.num_filtered = int(self.num_examples - keep.sum())
     logging.info(
       'Training data: kept %d of %d pairs; dropped %d longer than max_source_length=%d or '
@@ -165,33 +214,7 @@ class TrainBatches:
         f'all {self.num_examples} training pairs exceed max_source_length={max_source_length} '
         f'or max_target_length={max_target_length}; raise the max lengths'
       )
-
-    self._kept = np.flatnonzero(keep)
-    self.shapes = None  # 'tokens': [(global rows, S, T)] of the padded shapes
-    if batching == 'examples':
-      # Stream position j -> example index; global step k -> the indices of its global batch.
-      order = grain.MapDataset.source(self._kept)
-      order = order.shuffle(seed=seed).repeat(reseed_each_epoch=reshuffle_each_epoch)
-      self._steps = order.batch(global_batch_size, drop_remainder=True, batch_fn=np.asarray)
-    else:
-      self.local_batch_size = None  # rows differ from shape to shape
-      self._schedule = batching_lib.token_schedule(
-        *self.kept_lengths(), tokens_per_batch=tokens_per_batch, num_buckets=num_buckets,
-        row_multiple=batching_lib.device_row_multiple(row_multiple, process_count), seed=seed,
-        reshuffle_each_epoch=reshuffle_each_epoch,
-      )
-      self.shapes = self._schedule.shapes
-      logging.info(
-        'Token batching: %d padded shapes (rows x source x target) %s; padding %.1f%% of the '
-        'real tokens.', len(self.shapes), ', '.join('x'.join(map(str, s)) for s in self.shapes),
-        100 * self._schedule.padding,
-      )
-    # Random access: dataset[k] is this process's share of global batch k.
-    self.dataset = grain.MapDataset.range(0, sys.maxsize).map(self._local_batch)
-    read = grain.ReadOptions(num_threads=1 if prefetch else 0, prefetch_buffer_size=prefetch)
-    self._iterator = self.dataset.to_iter_dataset(read).__iter__()
-    if start_step:
-      self.set_state({'step': start_step})
+    return keep
 
   def kept_lengths(self) -> tuple[np.ndarray, np.ndarray]:
     """Source and target lengths (EOS included) of the pairs the length filter kept."""
