@@ -35,8 +35,14 @@ def run_cli(*args, module='attnlab.main', timeout=300):
                         env={**os.environ, 'XLA_FLAGS': '--xla_force_host_platform_device_count=2'})
 
 
-def die_before_step(monkeypatch, step: int) -> None:
-  """The next run gets the real batches but 'dies' (KeyboardInterrupt) fetching `step`'s."""
+class Killed(BaseException):
+  """A process that dies on the spot (SIGKILL, a machine that goes away): unlike Ctrl-C, no
+  stop handling of attnlab's catches it (it saves nothing at the stop)."""
+
+
+def die_before_step(monkeypatch, step: int, *, killed: bool = False) -> None:
+  """The next run gets the real batches but stops fetching `step`'s: interrupted as by Ctrl-C
+  or SIGTERM (KeyboardInterrupt), or `killed` (Killed)."""
   real_batches = data.train_batches
 
   class DyingBatches:
@@ -47,7 +53,7 @@ def die_before_step(monkeypatch, step: int) -> None:
 
     def __next__(self):
       if self.fetched == step - 1:
-        raise KeyboardInterrupt('simulated kill')
+        raise Killed('simulated kill') if killed else KeyboardInterrupt('simulated interrupt')
       self.fetched += 1
       return next(self.inner)
 

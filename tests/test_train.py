@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from smoke_runs import die_before_step, run_cli, smoke_config
+from smoke_runs import Killed, die_before_step, run_cli, smoke_config
 
 from attnlab.config import run as config
 from attnlab.rundir import checkpoint, console, layout, run_times
@@ -43,8 +43,8 @@ def test_interrupted_run_resumes_to_the_same_result(tmp_path, monkeypatch):
   cpu_before = time.process_time()
   with pytest.raises(KeyboardInterrupt):
     train.train_and_evaluate(config, workdir)
-  assert checkpoint.Checkpointer(os.path.join(workdir, 'checkpoints'), keep=3).latest_step() == 2
-  # The killed attempt still records its wall time.
+  # The interrupted attempt saved the last step it finished, and records its wall time.
+  assert checkpoint.Checkpointer(os.path.join(workdir, 'checkpoints'), keep=3).latest_step() == 3
   (killed,) = [json.loads(line) for line in open(os.path.join(workdir, train.RUN_TIMES))]
   assert (killed['first_step'], killed['last_step'], killed['outcome']) == (0, 3, 'interrupted')
   assert killed['wall_s'] > 0
@@ -65,7 +65,7 @@ def test_interrupted_run_resumes_to_the_same_result(tmp_path, monkeypatch):
   assert {e['split'] for e in events} == {'train', 'eval', 'test', 'selection'}
   times = [json.loads(line) for line in open(os.path.join(workdir, train.RUN_TIMES))]
   assert [(t['first_step'], t['last_step'], t['outcome']) for t in times] == [
-    (0, 3, 'interrupted'), (2, 6, 'finished')]
+    (0, 3, 'interrupted'), (3, 6, 'finished')]
   # Each process run names its machine: times from different machines are not comparable.
   assert [t['machine'] for t in times] == [machine.machine_name()] * 2
 
@@ -76,9 +76,9 @@ def test_a_killed_process_keeps_its_wall_time(tmp_path, monkeypatch):
   config = smoke_config(**{'train.num_steps': 6, 'train.checkpoint_every': 2,
                            'train.log_every': 1, 'train.eval_every': 6})
   workdir = str(tmp_path / 'run')
-  die_before_step(monkeypatch, 4)
+  die_before_step(monkeypatch, 4, killed=True)
   monkeypatch.setattr(run_times.RunTimeRecord, 'close', lambda self, step, outcome: None)
-  with pytest.raises(KeyboardInterrupt):
+  with pytest.raises(Killed):
     train.train_and_evaluate(config, workdir)
   assert not os.path.exists(os.path.join(workdir, train.RUN_TIMES))
   with open(os.path.join(workdir, layout.RUN_IN_PROGRESS)) as f:
