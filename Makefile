@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: demo test lint bench-deps clean-venv ablations
+.PHONY: demo test check lint bench-deps clean-venv ablations
 
 # jax 0.10, flax 0.12 and grain 0.2.18 require Python >= 3.11: an older interpreter is refused
 # in one line before a virtualenv is made of it (pip would fail later, in a page of resolver
@@ -53,6 +53,12 @@ TEST_WORKERS ?= 2
 test: $(TEST_STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q -rs -x -n $(TEST_WORKERS) --durations=15
+
+# The inner loop: every test but those marked slow (over ~3 s each: trainings, subprocesses,
+# compiles), about 2 minutes on 2 cores. The real parts (browser, Bible modules, PyTorch) stay.
+check: $(TEST_STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m pytest -q -rs -x -n $(TEST_WORKERS) -m 'not slow'
 
 # Every converged ablation of results/README.md, each archived in results/<name> with its report.
 # Resumable: rerun after an interruption; on a fresh checkout the archives restore finished

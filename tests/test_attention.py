@@ -30,6 +30,7 @@ def _np_softmax(x, mask):
 # ---- attend ----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_attend_matches_numpy_with_head_axis_and_mask():
   scores = _normal(0, (B, N, T, S))
   values = _normal(1, (B, N, S, H))
@@ -138,6 +139,7 @@ def test_local_m_centres_the_window_on_the_decoder_step():
   np.testing.assert_allclose(np.asarray(weights).sum(-1), 1.0, rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_local_p_predicts_the_centre_from_the_query():
   q, enc, valid, positions = _luong_inputs()
   model = _Luong('local_p', radius=1)

@@ -284,6 +284,7 @@ def toy_apply(variables, src_BxS, tgt_in_BxT, train=False, rngs=None):
   return p['target'][tgt_in_BxT] * context_BxV[:, None, :]
 
 
+@pytest.mark.slow
 def test_gradient_is_the_global_token_mean_whatever_the_rows():
   """Two batches of different rows and lengths over 4 devices: the update of plain SGD (lr 1)
   is minus the gradient of (sum of target-token NLL) / (number of target tokens) over the
@@ -326,6 +327,7 @@ def test_gradient_is_the_global_token_mean_whatever_the_rows():
       np.testing.assert_allclose(got[key], want[key], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_a_token_batched_run_trains_and_resumes_at_its_data_position(tmp_path):
   from smoke_runs import smoke_config
 

@@ -37,6 +37,7 @@ def require_torch():
   return torch
 
 
+@pytest.mark.slow
 def test_quick_run_writes_results(tmp_path):
   from benchmarks import run
 
@@ -57,6 +58,7 @@ def test_quick_run_writes_results(tmp_path):
   assert row['greedy_agreement'] == 1.0  # same network, same search: the same tokens
 
 
+@pytest.mark.slow
 def test_bf16_matmul_row_runs_against_torch_autocast_and_the_bf16_peak(tmp_path):
   from benchmarks import run
 
@@ -91,6 +93,7 @@ def test_a_peak_is_the_best_call_and_a_slow_one_stops_at_the_budget(monkeypatch)
   assert next(durations) == 0.5
 
 
+@pytest.mark.slow
 def test_torch_autocast_reference_rounds_like_bf16_matmuls():
   torch = require_torch()
   from benchmarks import jax_side, torch_side
@@ -140,6 +143,7 @@ def test_token_batched_rows_are_grouped_and_padded_as_token_batching_does():
 @pytest.mark.parametrize(
   'name', ['luong-general-feed', 'bahdanau-concat', 'luong-dot', 'transformer']
 )
+@pytest.mark.slow
 def test_torch_reference_equals_attnlab(name):
   torch = require_torch()
   from benchmarks import torch_side
@@ -235,6 +239,7 @@ def test_profile_kinds_come_from_the_hlo_and_nested_time_counts_once():
   assert profile_ops.op_self_times(events) == {'while.1': 20.0, 'dot.7': 70.0, 'copy.2': 50.0}
 
 
+@pytest.mark.slow
 def test_profile_runs_on_a_real_search():
   from benchmarks import profile_ops
 

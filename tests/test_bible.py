@@ -177,6 +177,7 @@ def test_installed_modules_read_known_verses():
       assert not any(s in text for s in ('<', '>', 'strong:', '¶', '\\', '  '))
 
 
+@pytest.mark.slow
 @needs_modules
 def test_dataset_pairs_splits_by_chapter_and_is_deterministic(tmp_path):
   records = {}
@@ -209,6 +210,7 @@ def test_dataset_pairs_splits_by_chapter_and_is_deterministic(tmp_path):
   assert all(s in seen for s in [('John', 3, 16), ('Ruth', 1, 1)])
 
 
+@pytest.mark.slow
 @needs_modules
 def test_smoke_config_trains_and_reports_bleu_by_length(tmp_path, monkeypatch):
   import json

@@ -78,6 +78,7 @@ def _click(table, header):
   return th.get_attribute('aria-sort')
 
 
+@pytest.mark.slow
 def test_report_in_a_browser(sweep, browser, tmp_path):
   path, saved = sweep
   browser.get(path.as_uri())

@@ -39,6 +39,7 @@ def _assert_same(got, want):
     np.testing.assert_array_equal(np.asarray(g, np.float32), np.asarray(w, np.float32))
 
 
+@pytest.mark.slow
 def test_round_trip_in_a_fresh_checkpointer(tmp_path):
   state = _state(3.0)
   config = {'model': {'kind': 'rnn', 'lengths': [5, 20]}, 'seed': 0}

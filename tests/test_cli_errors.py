@@ -17,6 +17,7 @@ def _one_error_line(result) -> str:
   return lines[0]
 
 
+@pytest.mark.slow
 def test_bad_value_is_one_line_before_anything_is_written(tmp_path):
   line = _one_error_line(run_cli(SMOKE, f'--workdir={tmp_path}/run',
                                  '--config.model.attention.score=gneral'))
@@ -25,6 +26,7 @@ def test_bad_value_is_one_line_before_anything_is_written(tmp_path):
   assert not os.path.exists(tmp_path / 'run')
 
 
+@pytest.mark.slow
 def test_misspelled_config_key(tmp_path):
   line = _one_error_line(run_cli(SMOKE, f'--workdir={tmp_path}', '--config.train.num_stepz=3'))
   assert line.startswith('error: --config.train.num_stepz=3: config.train.num_stepz is not a '
@@ -38,15 +40,18 @@ def test_misspelled_config_key(tmp_path):
   ('configs/reverse.py:nope', "error: --config=configs/reverse.py:nope: unknown variant "
    "'nope' of configs/reverse.py; choose from smoke, bottleneck, transformer"),
 ])
+@pytest.mark.slow
 def test_config_file_that_does_not_load(tmp_path, config, message):
   assert _one_error_line(run_cli(f'--config={config}', f'--workdir={tmp_path}')) == message
 
 
+@pytest.mark.slow
 def test_unknown_flag(tmp_path):
   line = _one_error_line(run_cli(SMOKE, f'--workdirr={tmp_path}'))
   assert "Unknown command line flag 'workdirr'" in line
 
 
+@pytest.mark.slow
 def test_data_input_error(tmp_path):
   missing = tmp_path / 'missing.tsv'
   line = _one_error_line(run_cli(
@@ -56,6 +61,7 @@ def test_data_input_error(tmp_path):
   assert str(missing) in line
 
 
+@pytest.mark.slow
 def test_diverging_run_stops_with_the_step_and_fitting_advice(tmp_path):
   result = run_cli(SMOKE, f'--workdir={tmp_path}/run', '--config.optim.learning_rate=1e4',
                    '--config.optim.warmup_steps=0', '--config.optim.clip_norm=0',
@@ -68,6 +74,7 @@ def test_diverging_run_stops_with_the_step_and_fitting_advice(tmp_path):
   assert not os.path.exists(tmp_path / 'run' / 'final_metrics.json')
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('module', ['attnlab.sweep', 'attnlab.report', 'attnlab.run_report'])
 def test_other_entry_points_report_usage_errors_in_one_line(module):
   line = _one_error_line(run_cli(module=module))
@@ -133,6 +140,7 @@ def test_a_workdir_that_cannot_hold_a_run(tmp_path, workdir, problem):
   assert os.listdir(tmp_path) == ['file']
 
 
+@pytest.mark.slow
 def test_an_empty_workdir_flag():
   line = _one_error_line(run_cli(SMOKE, '--workdir='))
   assert line == ('error: --workdir is empty; name the folder of the run, e.g. '

@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from attnlab.runtime import compilation_cache
 
 ZEN4 = 'processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse2 avx2 avx512f\n\n'
@@ -45,6 +47,7 @@ def test_the_users_variable_wins_and_empty_turns_the_cache_off(monkeypatch, tmp_
   assert ('jax_compilation_cache_dir', path) in updates
 
 
+@pytest.mark.slow
 def test_a_command_keeps_its_programs_and_a_second_process_reads_them(tmp_path):
   env = {k: v for k, v in os.environ.items() if k != 'JAX_COMPILATION_CACHE_DIR'}
   env.update(XDG_CACHE_HOME=str(tmp_path), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS='0')

@@ -150,6 +150,7 @@ def test_config_variants_parse():
     dates_config.get_config('nope')
 
 
+@pytest.mark.slow
 def test_smoke_config_trains_and_reports_per_locale_accuracy(tmp_path):
   from attnlab.train import loop as train
   from configs import dates as dates_config

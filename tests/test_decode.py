@@ -76,6 +76,7 @@ def _main(args, capsys):
   return code, out, err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('kind', ['rnn', 'transformer'])
 def test_cli_decoding_of_eval_inputs_reproduces_the_runs_predictions(kind, request, tmp_path):
   workdir = request.getfixturevalue(f'{kind}_run')
@@ -109,6 +110,7 @@ def test_nbest_lists_are_distinct_sorted_and_start_with_the_1best(rnn_run):
     run.decode(inputs, search='beam', length_penalty=float('nan'))
 
 
+@pytest.mark.slow
 def test_api_returns_attention_and_per_head_weights_that_average_to_it(transformer_run):
   run = attnlab.load_run(transformer_run, checkpoint='latest')
   (result,) = run.decode(['abcde'], heads=True)
@@ -122,6 +124,7 @@ def test_api_returns_attention_and_per_head_weights_that_average_to_it(transform
   np.testing.assert_allclose(hyp.heads['layer 1'].mean(axis=0), hyp.attention, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_per_head_weights_of_a_multi_head_rnn_average_to_the_searched_attention():
   import jax
 
@@ -153,6 +156,7 @@ def test_per_head_weights_of_a_multi_head_rnn_average_to_the_searched_attention(
       assert np.abs(weights_NxTxS - hyp.attention).max() > 1e-3, 'heads differ from the mean'
 
 
+@pytest.mark.slow
 def test_compiles_once_per_padded_shape(rnn_run):
   run = runs.load_run(rnn_run, checkpoint='latest')
   decoder = run.decoder(batch_size=16)
@@ -169,6 +173,7 @@ def test_compiles_once_per_padded_shape(rnn_run):
   assert fresh.compilations['search'] == 1 and fresh.compiled_rows[8] == {1}  # one row
 
 
+@pytest.mark.slow
 def test_bad_inputs_keep_alignment_and_are_reported(rnn_run, tmp_path, capsys):
   lines = [b'abc', b'', b'ab?c!', b'a' * 30, b'\xff\xfeab', b'  bad  ']
   inputs = tmp_path / 'in.txt'
@@ -280,6 +285,7 @@ def test_bad_output_paths_and_flag_values_are_refused_before_the_run_is_read(tmp
   assert sorted(os.listdir(tmp_path)) == ['a_file', 'in.txt'] and a_file.read_text() == 'mine\n'
 
 
+@pytest.mark.slow
 def test_damaged_checkpoint_is_one_line_naming_the_file_and_the_readable_ones(rnn_run, tmp_path):
   run = _copy_run(rnn_run, tmp_path)
   manifest = run / 'checkpoints' / 'best' / '4' / 'state' / 'manifest.ocdbt'
@@ -362,6 +368,7 @@ def test_a_run_older_than_a_config_key_reads_with_its_default(rnn_run, tmp_path,
   assert code == 2 and 'unknown config key eval.retired_key' in err and err.count('\n') == 1
 
 
+@pytest.mark.slow
 def test_interactive_session_answers_each_line_as_it_is_entered(rnn_run):
   proc = subprocess.Popen(
       [sys.executable, '-m', 'attnlab.decode', f'--workdir={rnn_run}', '--interactive'],

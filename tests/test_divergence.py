@@ -29,6 +29,7 @@ def test_the_reference_starts_at_a_uniform_guess():
   assert divergence.LossGuard(0.0, vocab_size=20).problem(1e30) is None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('learning_rate', ['1e30', '50'])
 def test_a_run_diverging_in_its_first_window_stops_there(tmp_path, learning_rate):
   """lr 50 without warmup starts at ~200 nats and trained to the end; lr 1e30 was caught only
@@ -48,6 +49,7 @@ def test_a_run_diverging_in_its_first_window_stops_there(tmp_path, learning_rate
   assert not os.path.exists(os.path.join(run_dir, 'final_metrics.json'))
 
 
+@pytest.mark.slow
 def test_a_normal_run_is_not_stopped(tmp_path):
   config = smoke_config(**{'train.num_steps': 6, 'train.log_every': 1, 'train.eval_every': 6})
   final = train.train_and_evaluate(config, str(tmp_path / 'run'))
@@ -55,6 +57,7 @@ def test_a_normal_run_is_not_stopped(tmp_path):
   assert layout.saved_steps(str(tmp_path / 'run')) == [2, 4, 6]
 
 
+@pytest.mark.slow
 def test_a_checkpoint_saved_above_the_threshold_is_not_called_good(tmp_path, monkeypatch):
   """A checkpoint saved with the guard off (or by an attnlab without this guard) at a runaway
   loss: a resumed run that diverges does not offer it as the one to continue from."""

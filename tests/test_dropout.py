@@ -25,6 +25,7 @@ def test_threefry_matches_the_random123_known_answers():
     assert [int(g) for g in got] == list(want)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('partitionable', [True, False])
 def test_random_bits_equal_jax_random_bits(partitionable):
   key = jax.random.key(7)

@@ -29,6 +29,7 @@ def hidden(carry):
   return carry[1] if isinstance(carry, tuple) else carry
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('cell', recurrent.CELLS)
 @pytest.mark.parametrize('bidirectional', [False, True])
 def test_padded_batch_equals_each_sequence_alone(cell, bidirectional):
@@ -72,6 +73,7 @@ def test_bidirectional_backward_half_reads_right_to_left():
   assert np.all(diff_SxH[:, H // 2 :].max(axis=-1) > 1e-6)
 
 
+@pytest.mark.slow
 def test_dropout_only_in_training():
   encoder = RNNEncoder(make_config(dropout=0.5), V)
   variables = encoder.init(jax.random.key(0), SRC, train=False)

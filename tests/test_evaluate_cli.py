@@ -92,6 +92,7 @@ def test_long_decoding_prints_progress_lines(run_dir, capsys):
   assert 'ETA' in lines[0] and lines[1].startswith('decoding test: 32/48 examples')
 
 
+@pytest.mark.slow
 def test_cli_prints_metrics_and_refuses_bad_input_in_one_line(run_dir, tmp_path, capsys):
   env = {**os.environ, 'XLA_FLAGS': '--xla_force_host_platform_device_count=1'}
   cli = lambda *a: subprocess.run([sys.executable, '-m', 'attnlab.evaluate', *a], cwd=REPO,
@@ -130,6 +131,7 @@ def _cli(*args, prefix=()):
                         capture_output=True, text=True, timeout=180, env=ENV)
 
 
+@pytest.mark.slow
 def test_damaged_checkpoint_is_one_line_naming_the_file_and_the_readable_ones(run_dir, tmp_path):
   run = _copy_run(run_dir, tmp_path)
   for data in (run / 'checkpoints' / 'best' / '4' / 'state' / 'd').iterdir():
@@ -158,6 +160,7 @@ def _read_only(run) -> list[str] | None:
   return prefix if probe.returncode == 0 else None
 
 
+@pytest.mark.slow
 def test_a_run_that_cannot_be_written_is_refused_before_decoding(run_dir, tmp_path, capsys):
   run = _copy_run(run_dir, tmp_path)
   way_out = f'; evaluate a writable copy of the run (cp -r {run} COPY) or make {run} writable\n'

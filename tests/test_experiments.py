@@ -203,6 +203,7 @@ def _fixed(path, sizes=None):
                         text=True, env=env, check=False)
 
 
+@pytest.mark.slow
 def test_sizes_for_accelerators_are_picked_by_a_flag_not_an_edit(tmp_path):
   env = {k: v for k, v in os.environ.items() if k != trials.SIZES_VARIABLE}
   cpu = json.loads(_fixed('experiments/score_timing_bible.py').stdout)

@@ -147,6 +147,7 @@ def test_runs_are_described_side_by_side(url, tiny_reverse_run):
   assert heads['model'].endswith('scaled_dot score, input feeding, 4 heads')
 
 
+@pytest.mark.slow
 def test_decode_answers_as_the_decode_api_for_every_run(url, explorer):
   status, _, answer = request(url, '/api/decode', {'input': 'abcde', 'nbest': 1})
   assert status == 200 and answer['input'] == 'abcde' and answer['nbest'] == 1
@@ -182,6 +183,7 @@ def test_multi_head_views_are_each_head_and_their_mean(url, explorer):
   assert 'cross attention, mean' in views[4]['html']
 
 
+@pytest.mark.slow
 def test_nbest_lists_come_from_beam_search_with_each_hypothesis_attention(url, explorer):
   _, _, answer = request(url, '/api/decode', {'input': 'dcba', 'nbest': 3, 'runs': [0]})
   (result,) = answer['results']
@@ -386,6 +388,7 @@ def test_the_command_refuses_a_bad_run_in_one_line(args, message):
   assert 'Traceback' not in err
 
 
+@pytest.mark.slow
 def test_the_command_prints_its_url_and_serves_two_runs(tiny_reverse_run):
   process = _explore(f'--workdir={tiny_reverse_run}', f'--workdir={tiny_reverse_run}',
                      '--port=0', '--checkpoint=latest')

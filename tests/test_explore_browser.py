@@ -97,6 +97,7 @@ def hover(browser, pane, t, s):
   return tip.text.splitlines()
 
 
+@pytest.mark.slow
 def test_typed_input_shows_the_decode_output_and_its_attention(tiny_reverse_run, serving,
                                                                browser, tmp_path):
   workdirs = os.environ.get('ATTNLAB_EXPLORE_RUNS', '').split(os.pathsep)
@@ -135,6 +136,7 @@ def test_typed_input_shows_the_decode_output_and_its_attention(tiny_reverse_run,
   save_screenshot(browser, 'explore.png', tmp_path)  # docs/ with ATTNLAB_UPDATE_SCREENSHOTS=1
 
 
+@pytest.mark.slow
 def test_head_selector_nbest_rows_and_errors(serving, browser, tmp_path):
   config = reverse.get_config('smoke')
   with config.unlocked():

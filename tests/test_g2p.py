@@ -25,6 +25,7 @@ def full(entries):
   return cmudict_g2p.split_records(entries)
 
 
+@pytest.mark.slow
 def test_full_dictionary_golden_counts(full, entries):
   records, counts = full
   assert len(entries) == 126_052
@@ -93,6 +94,7 @@ def small_task(tmp_path_factory):
   return cmudict_g2p.build_task(config, max_words=3000)
 
 
+@pytest.mark.slow
 def test_builder_yields_the_split_records(small_task, entries):
   expected, _ = cmudict_g2p.split_records(dict(list(entries.items())[:3000]))
   for split, tfds_split in (('train', 'train'), ('eval', 'validation'), ('test', 'test')):
@@ -141,6 +143,7 @@ def test_config_variants_parse():
     g2p.get_config('nope')
 
 
+@pytest.mark.slow
 def test_smoke_config_trains_and_reports_wer_per(tmp_path, monkeypatch):
   from attnlab.data import tasks
   from attnlab.train import loop as train

@@ -172,6 +172,7 @@ def pytest_without_the_parts(tmp_path, ci):
   )
 
 
+@pytest.mark.slow
 def test_a_missing_part_skips_naming_its_install_command(tmp_path):
   result = pytest_without_the_parts(tmp_path, ci=False)
   assert result.returncode == 0, result.stdout[-3000:]
@@ -185,6 +186,7 @@ def test_a_missing_part_skips_naming_its_install_command(tmp_path):
   ]
 
 
+@pytest.mark.slow
 def test_a_missing_part_fails_under_ci(tmp_path):
   result = pytest_without_the_parts(tmp_path, ci=True)
   assert result.returncode == 1, result.stdout[-3000:]

@@ -65,6 +65,7 @@ def test_other_finaliser_errors_are_still_reported(installed):
   assert [type(e) for e in installed] == [ValueError]
 
 
+@pytest.mark.slow
 def test_training_stops_at_the_step_after_a_swallowed_signal(tmp_path, monkeypatch, installed):
   real_batches = data.train_batches
 
@@ -89,6 +90,7 @@ def test_training_stops_at_the_step_after_a_swallowed_signal(tmp_path, monkeypat
   interrupt.check()  # the stop answered the signal: nothing left for a later run
 
 
+@pytest.mark.slow
 def test_a_stopped_run_saves_its_last_step_and_resumes_there_bit_for_bit(tmp_path, monkeypatch,
                                                                          installed):
   """SIGTERM (a scheduler's time limit) at step 3 of 8, with checkpoints every 4 steps: step 3

@@ -97,6 +97,7 @@ def test_shellcheck():
   assert result.returncode == 0, result.stdout
 
 
+@pytest.mark.slow
 def test_local():
   out = dry_run(
     'local.sh',
@@ -179,6 +180,7 @@ def test_tpu_worker_setup_makes_the_venv_with_python_3_11_or_newer(tmp_path, ver
   ]
 
 
+@pytest.mark.slow
 def test_tpu_worker():
   out = dry_run(
     'tpu_worker.sh',
@@ -212,6 +214,7 @@ def test_tpu_worker():
   assert result.returncode == 2 and 'choose from setup, run' in result.stderr
 
 
+@pytest.mark.slow
 def test_slurm_multi_node():
   out = dry_run(
     'slurm.sbatch', '--config.seed=3', CONFIG='configs/reverse.py', WORKDIR='/shared/runs/reverse'
@@ -230,6 +233,7 @@ def test_slurm_multi_node():
   assert result.returncode != 0 and 'SLURM_JOB_ID' in result.stderr
 
 
+@pytest.mark.slow
 def test_slurm_sweep(tmp_path):
   commands = tmp_path / 'sweep' / 'slurm_commands.txt'
   commands.parent.mkdir()

@@ -42,6 +42,7 @@ def test_values_equal_the_textbook_form_and_float64(ls):
   np.testing.assert_allclose(got[0], -(q * logp).sum(-1), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('ls', [0.0, 0.2])
 def test_gradient_equals_the_hand_derived_one(ls):
   logits, target = _data(1)

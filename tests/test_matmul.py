@@ -67,6 +67,7 @@ def test_float32_operands_give_exactly_the_plain_matmul():
   np.testing.assert_array_equal(dense.apply(variables, a), nn.Dense(3).apply(variables, a))
 
 
+@pytest.mark.slow
 def test_gradients_round_the_cotangent_and_sum_in_float32():
   # Hand-derived: for z = x y (x: BxTxK, y: BxKxH), dx = g y^T and dy = x^T g, each with g
   # rounded to bf16 and the products summed in float32, then rounded to the operand dtype.
@@ -82,6 +83,7 @@ def test_gradients_round_the_cotangent_and_sum_in_float32():
   np.testing.assert_allclose(np.asarray(dy, np.float32), want_dy, rtol=2**-7, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_dot_general_with_batch_and_several_contracting_axes_matches_lax():
   a = jax.random.normal(jax.random.key(10), (2, 3, 4, 5))
   b = jax.random.normal(jax.random.key(11), (4, 2, 5, 6))
@@ -123,6 +125,7 @@ def _loss_and_grad(family: str, dtype: str):
   return jax.jit(jax.value_and_grad(loss)), params
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('family', sorted(FAMILIES))
 def test_bfloat16_training_step_has_no_bfloat16_accumulating_dot(family):
   step, params = _loss_and_grad(family, 'bfloat16')
@@ -142,6 +145,7 @@ def test_bfloat16_training_step_has_no_bfloat16_accumulating_dot(family):
   assert kinds <= {('bf16', 'bf16', 'f32'), ('f32', 'f32', 'f32')}, sorted(kinds)
 
 
+@pytest.mark.slow
 def test_bfloat16_training_step_runs_and_tracks_float32():
   low_step, params = _loss_and_grad('luong-general-feed', 'bfloat16')
   full_step, _ = _loss_and_grad('luong-general-feed', 'float32')
@@ -196,6 +200,7 @@ def test_bfloat16_matmuls_step_runs_weight_dots_on_bf16_and_the_rest_in_float32(
   assert all(p.dtype == jnp.float32 for p in jax.tree.leaves(params))
 
 
+@pytest.mark.slow
 def test_bfloat16_matmuls_training_step_tracks_float32():
   full_step, params = _loss_and_grad('luong-general-feed', 'float32')
   mixed_step, _ = _loss_and_grad('luong-general-feed', 'bfloat16_matmuls')

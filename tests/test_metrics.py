@@ -235,6 +235,7 @@ def test_alignment_error_rate_counts_a_step_attending_nowhere_as_a_miss():
   assert metrics.alignment_error_rate(w, [1, 0]) == pytest.approx(0.5)
 
 
+@pytest.mark.slow
 def test_local_m_decoding_past_the_source_goes_through_evaluation(tmp_path):
   """The real evaluation path (attnlab.evaluate): a local_m model that never emits EOS decodes
   12 steps from sources of 3-4 tokens (+EOS), so its late steps see no key in the window."""

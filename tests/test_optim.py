@@ -219,6 +219,7 @@ def test_the_plateau_floor_allows_cuts_down_to_it_and_no_further():
   assert optim.next_plateau_scale(third, 0.3) is None
 
 
+@pytest.mark.slow
 def test_a_cut_scale_multiplies_every_adam_update():
   # Adam's update is linear in its learning rate: with the scale at 0.25 the chain must give
   # what optax's own clip + Adam give at a quarter of the learning rate, step after step.

@@ -49,6 +49,7 @@ def run_steps(mode: str, devices, state, batches):
   return parallel.fetch(p_state.params), np.array(losses)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('kind', ['rnn', 'transformer'])
 def test_eight_devices_equal_one_device(kind):
   assert jax.device_count() == 8, 'tests/conftest.py must force 8 CPU devices'
@@ -81,6 +82,7 @@ def test_a_dropped_step_lets_go_of_its_compiled_programs():
   assert alive() is None
 
 
+@pytest.mark.slow
 def test_a_finished_run_leaves_no_compiled_step_alive(tmp_path, monkeypatch):
   """Train, evaluate and test in one process, as a notebook would, in the default mode:
   afterwards none of the functions the run handed to jax.shard_map (and so none of its

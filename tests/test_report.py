@@ -302,6 +302,7 @@ def _assert_png(path):
   assert len(data) > 3000, f'{path}: {len(data)} bytes'
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('npz', [True, False], ids=['weights_npz', 'heatmap_pngs'])
 def test_plots_are_written(tmp_path, npz):
   root = make_sweep(str(tmp_path), npz=npz)

@@ -172,6 +172,7 @@ CASES = {
 REFERENCE_CASES = [name for name in CASES if not name.startswith(('local', 'heads'))]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('case', REFERENCE_CASES)
 def test_decoder_steps_match_numpy_reference(case):
   # Every step of T=4 (the first two start from the bridge state and from step 1's carry).
@@ -221,6 +222,7 @@ def test_step_t_attention_reads_the_token_fed_at_t_only_under_luong(timing, inpu
     assert np.all(gap_B > 1e-5), gap_B
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('case', list(CASES))
 def test_scan_unroll_equals_decode_step_loop(case):
   config = CASES[case]
@@ -267,6 +269,7 @@ def test_multi_head_weights_are_the_mean_of_the_sown_head_weights():
   np.testing.assert_allclose(weights_BxS, heads_BxNx1xS.mean(axis=1)[:, 0], atol=1e-6)
 
 
+@pytest.mark.slow
 def test_dropout_active_only_in_training():
   model, variables, forward, _, _, _ = build(CASES['luong_feed_general_lstm_2layers'])
   run = jax.jit(lambda key: model.apply(variables, SRC, TGT_IN, train=True, rngs={'dropout': key}))
@@ -277,6 +280,7 @@ def test_dropout_active_only_in_training():
   assert not np.allclose(train_a, train_b, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_bfloat16_compute_keeps_float32_logits_and_carry():
   config = make_config(dtype='bfloat16')
   _, _, forward, encode, init_carry, step = build(config)
@@ -287,6 +291,7 @@ def test_bfloat16_compute_keeps_float32_logits_and_carry():
   assert all(leaf.dtype in (jnp.float32, jnp.int32) for leaf in jax.tree.leaves(carry))
 
 
+@pytest.mark.slow
 def test_location_score_on_a_batch_wider_than_its_slots():
   # SRC is 5 wide, the location score has 3 slots: positions 3-4 (row 0's real tokens 4 and
   # EOS among them) get exactly zero weight. With local_m (D = 1) step 4's window 3..5 holds no
@@ -339,6 +344,7 @@ WHOLE_SEQUENCE_CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('case', list(WHOLE_SEQUENCE_CASES))
 def test_whole_sequence_equals_the_step_scan_in_values_and_gradients(case):
   # Luong without input feeding: RNN over all steps, then attention for all T at once, must be

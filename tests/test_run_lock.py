@@ -63,6 +63,7 @@ def test_only_process_0_of_a_job_takes_the_lock(tmp_path, monkeypatch):
       pass
 
 
+@pytest.mark.slow
 def test_two_runs_started_together_one_trains_the_other_is_refused(tmp_path):
   run_dir = str(tmp_path / 'run')
   env = {**os.environ, 'XLA_FLAGS': '--xla_force_host_platform_device_count=1'}

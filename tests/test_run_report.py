@@ -233,6 +233,7 @@ def _one_error_line(result) -> str:
   return lines[0]
 
 
+@pytest.mark.slow
 def test_out_that_would_overwrite_anything_is_refused_before_writing(run_dir, tmp_path):
   """--out=RUN (the run's own folder), a folder of the user's files, another run's report, a
   file: one line, exit 2, every file as it was."""

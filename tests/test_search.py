@@ -264,6 +264,7 @@ def test_beam_steps_never_sort_a_whole_vocabulary():
   assert not [n for n in sorted_lengths if n in (V, W * V)], sorted_lengths
 
 
+@pytest.mark.slow
 def test_greedy_equals_beam_size_one_for_any_length_penalty():
   table = jnp.asarray(_table(2, batch=6, eos_bias=1.0))
   greedy = _greedy(table)
@@ -360,6 +361,7 @@ def _tiny_model(kind):
   return Seq2Seq(config, 9, 7), 2  # ends after 2, never, never
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('kind', ['transformer', 'rnn'])
 def test_model_greedy_equals_beam1_and_naive_argmax_loop(kind):
   model, seed = _tiny_model(kind)

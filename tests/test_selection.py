@@ -92,6 +92,7 @@ def _assert_same_params(a, b):
     np.testing.assert_array_equal(x, y)
 
 
+@pytest.mark.slow
 def test_the_test_split_uses_the_peak_checkpoint(tmp_path, monkeypatch):
   tested = {}
   script_eval_metric(monkeypatch, PEAK_AT_3, tested)
@@ -120,6 +121,7 @@ def test_the_test_split_uses_the_peak_checkpoint(tmp_path, monkeypatch):
   assert sorted(os.listdir(os.path.join(workdir, 'checkpoints', 'best'))) == ['3']
 
 
+@pytest.mark.slow
 def test_patience_stops_early_and_a_rerun_does_not_continue(tmp_path, monkeypatch):
   tested = {}
   script_eval_metric(monkeypatch, {1: 0.1, 2: 0.5, 3: 0.4, 4: 0.3, 5: 0.9, 6: 1.0}, tested)
@@ -143,6 +145,7 @@ def test_patience_stops_early_and_a_rerun_does_not_continue(tmp_path, monkeypatc
   assert _final(workdir)['step'] == 2 and list(tested) == [2]
 
 
+@pytest.mark.slow
 def test_killed_and_resumed_selects_the_same_step(tmp_path, monkeypatch):
   overrides = {'train.num_steps': 6, 'train.eval_every': 1, 'train.checkpoint_every': 2,
                'train.keep_checkpoints': 10, 'task.num_eval_examples': 16}
@@ -165,6 +168,7 @@ def test_killed_and_resumed_selects_the_same_step(tmp_path, monkeypatch):
   _assert_same_params(_params(resumed, 3, 'best'), _params(full, 3, 'best'))
 
 
+@pytest.mark.slow
 def test_plateau_cuts_the_learning_rate_and_a_resumed_run_keeps_the_cut(tmp_path, monkeypatch):
   # experiments/sizes.py's PLATEAU: accuracy peaks at step 2, each evaluation without
   # improvement halves the learning rate (after steps 3 and 4) and the third one (step 5)
@@ -199,6 +203,7 @@ def test_plateau_cuts_the_learning_rate_and_a_resumed_run_keeps_the_cut(tmp_path
   _assert_same_params(_params(resumed, 5), _params(full, 5))
 
 
+@pytest.mark.slow
 def test_a_cut_below_the_plateau_floor_ends_the_run_and_a_lower_floor_lets_it_go_on(
     tmp_path, monkeypatch):
   # No train.patience: cuts after steps 3 (x0.5) and 4 (x0.25); at step 5 the next cut
@@ -241,6 +246,7 @@ def test_a_cut_below_the_plateau_floor_ends_the_run_and_a_lower_floor_lets_it_go
   _assert_same_params(_params(workdir, 7), _params(full, 7))
 
 
+@pytest.mark.slow
 def test_a_run_killed_before_its_first_checkpoint_starts_again_cleanly(tmp_path, monkeypatch):
   # eval every step, checkpoints only at the end: the killed attempt leaves best/1 and best/2
   # (pruned only by a latest save) and no latest step, so the rerun starts from step 0 and

@@ -311,6 +311,7 @@ def sweep(add):
 """
 
 
+@pytest.mark.slow
 def test_a_real_sweep_runs_reports_and_skips_finished_trials(tmp_path, monkeypatch):
   monkeypatch.delenv('XLA_FLAGS', raising=False)  # trials on one CPU device compile faster
   path, workdir = write_experiment(tmp_path, TINY), str(tmp_path / 'sweep')

@@ -161,6 +161,7 @@ def test_the_sweep_command_skips_what_the_archive_holds(tmp_path, fake_python):
     assert [t['name'] for t in json.load(f)['trials']] == ['seed=0', 'seed=1']
 
 
+@pytest.mark.slow
 def test_another_experiments_folder_is_refused_before_anything_is_written(tmp_path, fake_python):
   """A second experiment pointed at the first one's --archive or --workdir would write its
   manifest over the first's and mix two experiments' trials in one report: one error line

@@ -99,6 +99,7 @@ def test_new_empty_and_its_own_folders_are_used(tmp_path, fake_python):
   assert f'archive {archive}: 2 finished trials restored' in out.getvalue()
 
 
+@pytest.mark.slow
 def test_a_broken_manifest_or_the_workdir_as_archive_is_refused(tmp_path, fake_python):
   path = write_experiment(tmp_path, EXPERIMENT)
   workdir = tmp_path / 'sweep'
@@ -126,6 +127,7 @@ def test_a_broken_manifest_or_the_workdir_as_archive_is_refused(tmp_path, fake_p
                              'mine': None, 'mine/plots': None, 'mine/score=dot,seed=0': None}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('flag', ['--workdir', '--archive'])
 def test_a_file_as_workdir_or_archive_is_one_line(tmp_path, flag):
   path = write_experiment(tmp_path, EXPERIMENT)
@@ -143,6 +145,7 @@ def test_a_file_as_workdir_or_archive_is_one_line(tmp_path, flag):
   assert _tree(tmp_path) == before
 
 
+@pytest.mark.slow
 def test_an_experiment_file_that_is_not_python_is_one_line(tmp_path):
   syntax = write_experiment(tmp_path, EXPERIMENT.replace('def sweep(add):', 'def sweep(add)'),
                             name='syntax.py')

@@ -68,6 +68,7 @@ def test_one_trial_and_unknown_trials(tmp_path):
     sweep.run_sweep(path, str(tmp_path / 's'), only='score=dot,seed=9', dry_run=True)
 
 
+@pytest.mark.slow
 def test_select_runs_the_matching_trials_of_a_whole_experiment(tmp_path, fake_python):
   path = write_experiment(tmp_path, GRID.replace("'gneral'", "'concat'"))
   workdir = str(tmp_path / 'sweep')

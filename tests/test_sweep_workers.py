@@ -86,6 +86,7 @@ def wait_until(condition, what: str, timeout: float = 120.0) -> None:
     time.sleep(0.01)
 
 
+@pytest.mark.slow
 def test_two_sweep_processes_share_the_trials_out(tmp_path, gate):
   path = write_experiment(tmp_path, SEEDS.format(seeds=(0, 2, 3, 4, 5, 6)))
   workdir = str(tmp_path / 'runs' / 'exp')

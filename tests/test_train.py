@@ -33,6 +33,7 @@ def _events(workdir):
   return [json.loads(line) for line in open(os.path.join(workdir, 'metrics.jsonl'))]
 
 
+@pytest.mark.slow
 def test_interrupted_run_resumes_to_the_same_result(tmp_path, monkeypatch):
   config = smoke_config(**{'train.num_steps': 6, 'train.checkpoint_every': 2,
                            'train.log_every': 1, 'train.eval_every': 6})
@@ -95,6 +96,7 @@ def test_a_killed_process_keeps_its_wall_time(tmp_path, monkeypatch):
   assert not os.path.exists(os.path.join(workdir, layout.RUN_IN_PROGRESS))
 
 
+@pytest.mark.slow
 def test_logged_learning_rate_is_the_one_the_update_used(tmp_path):
   """optax evaluates the schedule at the number of updates applied before this one, so the
   update that makes step k uses lr(k - 1): linear warmup over 4 steps to 1e-3 gives
@@ -121,6 +123,7 @@ def _poison_loss(monkeypatch, from_update: int, make_bad):
   monkeypatch.setattr(steps, 'train_step', poisoned)
 
 
+@pytest.mark.slow
 def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypatch):
   _poison_loss(monkeypatch, 3, lambda loss: jnp.nan * loss)  # the 4th update onwards
   config = smoke_config(**{'train.num_steps': 8, 'train.checkpoint_every': 2,
@@ -133,6 +136,7 @@ def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypa
   assert checkpoint.Checkpointer(os.path.join(workdir, 'checkpoints'), keep=3).latest_step() == 2
 
 
+@pytest.mark.slow
 def test_a_runaway_finite_loss_stops_the_run(tmp_path, monkeypatch):
   _poison_loss(monkeypatch, 2, lambda loss: loss * 1e6)  # finite, e.g. 3e6 from step 3
   config = smoke_config(**{'train.num_steps': 8, 'train.checkpoint_every': 2,
@@ -150,6 +154,7 @@ def test_a_runaway_finite_loss_stops_the_run(tmp_path, monkeypatch):
   assert checkpoint.Checkpointer(os.path.join(workdir, 'checkpoints'), keep=3).latest_step() == 2
 
 
+@pytest.mark.slow
 def test_non_finite_eval_metric_stops_before_the_step_is_saved(tmp_path, monkeypatch):
   real = Evaluator.evaluate
 
@@ -169,6 +174,7 @@ def test_non_finite_eval_metric_stops_before_the_step_is_saved(tmp_path, monkeyp
   assert [e['perplexity'] for e in _events(workdir) if e['split'] == 'eval'][-1] == math.inf
 
 
+@pytest.mark.slow
 def test_divergence_before_the_first_checkpoint_names_no_step(tmp_path, monkeypatch):
   _poison_loss(monkeypatch, 0, lambda loss: jnp.inf * loss)
   config = smoke_config(**{'train.checkpoint_every': 2, 'train.log_every': 1,
@@ -223,6 +229,7 @@ def test_start_summary_names_the_regularisation():
   assert 'no model selection' in plan
 
 
+@pytest.mark.slow
 def test_cli_console_is_quiet_and_a_bad_checkpoint_is_one_warning(tmp_path):
   workdir = str(tmp_path / 'cli')
   first = run_cli('--config=configs/reverse.py:smoke', f'--workdir={workdir}')

@@ -75,6 +75,7 @@ def test_sinusoidal_positions_match_vaswani_formula():
     sinusoidal_positions(4, 5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('norm', transformer.NORMS)
 def test_cached_decode_steps_equal_teacher_forcing(norm):
   model, variables = _model(norm)
@@ -119,6 +120,7 @@ def test_logit_t_depends_only_on_targets_up_to_t(norm):
   assert np.all(influence_TxT[~future] > 0), 'the interceptor must reach the embeddings'
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('norm', transformer.NORMS)
 def test_source_padding_changes_nothing(norm):
   model, variables = _model(norm)
@@ -138,6 +140,7 @@ def test_sown_cross_attention_is_zero_on_padded_keys():
   np.testing.assert_allclose(cross_BxTxS.sum(-1), 1.0, rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_dropout_bfloat16_and_length_errors():
   plain, variables = _model('pre')  # dropout adds no parameters
   evaluate, _ = _forward_with_intermediates(plain, variables, SRC, TGT_IN)
@@ -167,6 +170,7 @@ def _largest_loop_state(lowered) -> int:
   return max(sizes)
 
 
+@pytest.mark.slow
 def test_training_dropout_equals_flax_dropout_in_logits_and_gradients(monkeypatch):
   """models/dropout.Dropout (fast CPU masks) trains exactly the network flax's nn.Dropout does."""
   from attnlab.models import attention

@@ -24,6 +24,7 @@ def smoke(module, tmp_path):
   return c
 
 
+@pytest.mark.slow
 def test_de_en_trains_two_steps_on_mock_data(tmp_path):
   workdir = str(tmp_path / 'run')
   with tfds.testing.mock_data(num_examples=64):

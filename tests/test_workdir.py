@@ -31,6 +31,7 @@ def _snapshot(directory):
   return out
 
 
+@pytest.mark.slow
 def test_cli_refuses_a_changed_config_and_writes_nothing(tmp_path):
   run_dir = str(tmp_path / 'run')
   first = run_cli('--config=configs/reverse.py:smoke', f'--workdir={run_dir}')
@@ -52,6 +53,7 @@ def test_cli_refuses_a_changed_config_and_writes_nothing(tmp_path):
   assert _snapshot(run_dir) == before  # config.json, vocabularies, checkpoints: untouched
 
 
+@pytest.mark.slow
 def test_extending_num_steps_needs_the_flag_and_says_what_the_schedule_does(tmp_path):
   run_dir = str(tmp_path / 'run')
   common = {'optim.warmup_steps': 0, 'optim.schedule': 'cosine', 'optim.end_lr_fraction': 0.0}
@@ -73,6 +75,7 @@ def test_extending_num_steps_needs_the_flag_and_says_what_the_schedule_does(tmp_
   assert change['step'] == 4 and change['changes'] == {'train.num_steps': [4, 8]}
 
 
+@pytest.mark.slow
 def test_keys_that_cannot_change_are_refused_even_when_named(tmp_path):
   run_dir = str(tmp_path / 'run')
   train.train_and_evaluate(smoke_config(), run_dir)

@@ -181,6 +181,7 @@ def test_save_heatmap_grid(tmp_path):
   assert path.read_bytes()[:8] == PNG_MAGIC
 
 
+@pytest.mark.slow
 def test_long_panel_titles_wrap_to_their_panels(tmp_path, monkeypatch):
   # A sweep's grid (9 variants x 2 examples): its labels are wider than a small panel.
   figures = []

@@ -22,6 +22,7 @@ def _compiled_dot_summary(lowering: str = '') -> dict:
   return xla_settings.hlo_summary(lowered.compile().as_text())
 
 
+@pytest.mark.slow
 def test_f32_in_bf16_rewrites_f32_dots_to_bf16_operands_and_is_undone_after():
   rewritten = _compiled_dot_summary('f32_in_bf16')
   assert rewritten['dots'] == {'bf16->f32': 1}
@@ -79,6 +80,7 @@ def test_dot_types_reads_operand_types_within_each_computation():
   assert xla_settings.dot_types(text) == {'bf16->f32': 1, 'f32->f32': 2}
 
 
+@pytest.mark.slow
 def test_probe_child_runs_the_setting_from_any_working_directory(tmp_path, monkeypatch):
   # The probe compiles a setting in a child process; it must import `benchmarks` wherever the
   # parent was started (it once ran the file as a script and failed with ModuleNotFoundError).
