@@ -39,6 +39,7 @@ def test_commands_called_in_process_leave_the_verbosity_alone(command, tmp_path,
   assert logging.get_verbosity() == logging.INFO
 
 
+@pytest.mark.slow
 def test_every_script_runs_its_command():
   """pyproject.toml's [project.scripts]: each names a callable that runs the command of the
   same `python -m attnlab.X` module, here answering --help."""
