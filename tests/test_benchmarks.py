@@ -9,6 +9,8 @@
 """
 
 import json
+import os
+import re
 
 import jax
 import jax.numpy as jnp
@@ -21,7 +23,7 @@ from attnlab.data import batching
 from attnlab.models.factory import build_model
 from attnlab.tokens import PAD_ID
 from attnlab.train.steps import decoder_input
-from benchmarks import flops, workloads
+from benchmarks import device_check, flops, workloads
 
 TORCH = 'torch (the PyTorch reference of benchmarks/)'
 TORCH_INSTALL = 'make bench-deps'
@@ -249,3 +251,17 @@ def test_profile_runs_on_a_real_search():
   assert by_kind['matmul'] > 0 and sum(by_kind.values()) > 0
   assert result['wall_ms_per_call'] > 0
   assert '| matmul |' in profile_ops.markdown(result, top=5)
+
+
+@pytest.mark.slow
+def test_device_check_trains_both_modes_alike_and_decodes_as_the_run_did(tmp_path):
+  """benchmarks/device_check.py on this machine's devices (8 simulated CPU devices here): the
+  script a GPU or TPU machine runs when one is lent."""
+  code = device_check.main(['--config=configs/reverse.py:smoke', '--steps=4', '--no-benchmark',
+                            f'--out={tmp_path}'])
+  [name] = os.listdir(tmp_path)
+  text = (tmp_path / name).read_text()
+  assert code == 0, text
+  assert f'{len(jax.devices())} x ' in text
+  assert '| shard_map vs pmap, 4 logged steps | agree: ' in text
+  assert re.search(r'\| load_run decodes the eval split as the run did \| (\d+) of \1 equal', text)
