@@ -53,7 +53,7 @@ def test_a_command_keeps_its_programs_and_a_second_process_reads_them(tmp_path):
   env.update(XDG_CACHE_HOME=str(tmp_path), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS='0')
   program = (
     'import jax, jax.numpy as jnp\n'
-    'from attnlab import compilation_cache\n'
+    'from attnlab.runtime import compilation_cache\n'
     'hits = []\n'
     'jax.monitoring.register_event_listener(\n'
     '  lambda event, **_: hits.append(event) if event.endswith("/cache_hits") else None)\n'
