@@ -167,3 +167,16 @@ def _compiled_programs_do_not_pile_up():
   if limit and count > 0.75 * limit:
     pytest.fail(f'the test process holds {count:,} memory mappings (vm.max_map_count '
                 f'{limit:,}): compiled programs are being kept alive; XLA crashes at the limit')
+
+
+def file_tree(root) -> dict:
+  """Every file (its bytes) and folder (None) under `root`, by relative path: compare two to
+  show that nothing under `root` changed."""
+  found = {}
+  for directory, folders, names in os.walk(root):
+    for name in folders:
+      found[os.path.relpath(os.path.join(directory, name), root)] = None
+    for name in names:
+      with open(os.path.join(directory, name), 'rb') as f:
+        found[os.path.relpath(os.path.join(directory, name), root)] = f.read()
+  return found

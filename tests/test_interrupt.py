@@ -66,7 +66,9 @@ def test_other_finaliser_errors_are_still_reported(installed):
 
 
 @pytest.mark.slow
-def test_training_stops_at_the_step_after_a_swallowed_signal(tmp_path, monkeypatch, installed):
+def signal_at_step_3():
+  """data.train_batches whose batches come as usual, but whose third fetch (step 3's) meets a
+  signal swallowed by a finaliser."""
   real_batches = data.train_batches
 
   class SignalAtStep3:
@@ -81,7 +83,11 @@ def test_training_stops_at_the_step_after_a_swallowed_signal(tmp_path, monkeypat
         SignalledWhileFinalised()
       return next(self.inner)
 
-  monkeypatch.setattr(data, 'train_batches', SignalAtStep3)
+  return SignalAtStep3
+
+
+def test_training_stops_at_the_step_after_a_swallowed_signal(tmp_path, monkeypatch, installed):
+  monkeypatch.setattr(data, 'train_batches', signal_at_step_3())
   workdir = str(tmp_path / 'run')
   with pytest.raises(KeyboardInterrupt):
     train.train_and_evaluate(smoke_config(**{'train.num_steps': 8}), workdir)
@@ -96,24 +102,10 @@ def test_a_stopped_run_saves_its_last_step_and_resumes_there_bit_for_bit(tmp_pat
   """SIGTERM (a scheduler's time limit) at step 3 of 8, with checkpoints every 4 steps: step 3
   is saved at the stop, the rerun starts there, and its final parameters equal those of a run
   that was never stopped."""
-  real_batches = data.train_batches
-
-  class SignalAtStep3:
-    def __init__(self, *args, **kwargs):
-      self.inner = real_batches(*args, **kwargs)
-      self.num_filtered = self.inner.num_filtered
-      self.fetched = 0
-
-    def __next__(self):
-      self.fetched += 1
-      if self.fetched == 3:
-        SignalledWhileFinalised()
-      return next(self.inner)
-
   updates = {'train.num_steps': 8, 'train.checkpoint_every': 4, 'train.eval_every': 8}
   stopped, whole = str(tmp_path / 'stopped'), str(tmp_path / 'whole')
   with monkeypatch.context() as patch:
-    patch.setattr(data, 'train_batches', SignalAtStep3)
+    patch.setattr(data, 'train_batches', signal_at_step_3())
     with pytest.raises(KeyboardInterrupt):
       train.train_and_evaluate(smoke_config(**updates), stopped)
   assert layout.saved_steps(stopped) == [3]

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from absl import flags
 from absl.testing import flagsaver
+from conftest import file_tree
 from smoke_runs import run_cli
 
 from attnlab import run_report as run_report_command
@@ -213,18 +214,6 @@ def test_translation_reports_bleu_by_source_length_in_words(tmp_path):
   assert os.path.getsize(tmp_path / 'b.png') > 3000
 
 
-def _tree(root) -> dict:
-  """Every file (its bytes) and folder (None) under `root`, by relative path."""
-  found = {}
-  for directory, folders, names in os.walk(root):
-    for name in folders:
-      found[os.path.relpath(os.path.join(directory, name), root)] = None
-    for name in names:
-      with open(os.path.join(directory, name), 'rb') as f:
-        found[os.path.relpath(os.path.join(directory, name), root)] = f.read()
-  return found
-
-
 def _one_error_line(result) -> str:
   assert result.returncode == 2, (result.returncode, result.stderr[-3000:])
   assert 'Traceback' not in result.stderr
@@ -245,7 +234,7 @@ def test_out_that_would_overwrite_anything_is_refused_before_writing(run_dir, tm
   readme = (other / 'README.md').read_text()
   (other / 'README.md').write_text(readme.replace(str(run_dir), str(tmp_path / 'another_run')))
   _write(tmp_path / 'afile', 'data\n')
-  before = _tree(tmp_path)
+  before = file_tree(tmp_path)
   mistakes = {
     run_dir: f'--out={run_dir} is the run directory {run_dir} itself: the report would write '
              "over the run's config.json and among its files; give a folder of its own "
@@ -262,7 +251,7 @@ def test_out_that_would_overwrite_anything_is_refused_before_writing(run_dir, tm
   for out, message in mistakes.items():
     line = _one_error_line(run_cli(str(run_dir), f'--out={out}', module='attnlab.run_report'))
     assert line.startswith(f'error: {message}')
-  assert _tree(tmp_path) == before
+  assert file_tree(tmp_path) == before
 
 
 def test_its_own_report_and_an_empty_folder_are_written(run_dir, tmp_path, monkeypatch):

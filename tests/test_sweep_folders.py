@@ -8,7 +8,7 @@ import json
 import os
 
 import pytest
-from conftest import write_experiment
+from conftest import file_tree, write_experiment
 from smoke_runs import run_cli
 
 from attnlab import sweep
@@ -32,18 +32,6 @@ USER_FILES = {
 }
 
 
-def _tree(root) -> dict:
-  """Every file (its bytes) and folder (None) under `root`, by relative path."""
-  found = {}
-  for directory, folders, names in os.walk(root):
-    for name in folders:
-      found[os.path.relpath(os.path.join(directory, name), root)] = None
-    for name in names:
-      with open(os.path.join(directory, name), 'rb') as f:
-        found[os.path.relpath(os.path.join(directory, name), root)] = f.read()
-  return found
-
-
 def _user_folder(path) -> str:
   for name, data in USER_FILES.items():
     os.makedirs(os.path.dirname(os.path.join(path, name)), exist_ok=True)
@@ -65,7 +53,7 @@ def test_a_folder_that_is_not_a_sweep_is_refused_and_left_as_it_was(tmp_path, fa
   path = write_experiment(tmp_path, EXPERIMENT)
   mine = _user_folder(tmp_path / 'mine')
   workdir, archive = (mine, None) if flag == '--workdir' else (str(tmp_path / 'runs'), mine)
-  before = _tree(tmp_path)
+  before = file_tree(tmp_path)
   message = (f'{flag}={mine} already holds files and no {MANIFEST}, so it is not a sweep of '
              f'{path}: the sweep would write its results.md, results.csv, report.html and trial '
              f'folders over what is there; give a new or empty folder (e.g. {flag}=')
@@ -76,7 +64,7 @@ def test_a_folder_that_is_not_a_sweep_is_refused_and_left_as_it_was(tmp_path, fa
   line = _one_error_line(run_cli(*args, '--dry_run', module='attnlab.sweep'))
   assert line == f'error: {refused.value}'
   assert line.endswith(f'(e.g. {flag}={tmp_path / "exp"})')  # a folder it may use
-  assert _tree(tmp_path) == before  # byte for byte; no sweep.json, claims or trial folder
+  assert file_tree(tmp_path) == before  # byte for byte; no sweep.json, claims or trial folder
 
 
 def test_new_empty_and_its_own_folders_are_used(tmp_path, fake_python):
@@ -106,13 +94,13 @@ def test_a_broken_manifest_or_the_workdir_as_archive_is_refused(tmp_path, fake_p
   assert sweep.run_sweep(path, str(workdir), report=False, out=io.StringIO(),
                          python=fake_python) == 0
   # The archive is a copy without checkpoints: archiving onto the workdir would drop them.
-  before = _tree(tmp_path)
+  before = file_tree(tmp_path)
   with pytest.raises(SweepError, match=f'--archive={workdir} is the --workdir: the archive is '):
     sweep.run_sweep(path, str(workdir), archive=str(workdir), report=False, out=io.StringIO(),
                     python=fake_python)
-  assert _tree(tmp_path) == before
+  assert file_tree(tmp_path) == before
   (workdir / MANIFEST).write_text('{"name": ')  # cut short
-  before = _tree(tmp_path)
+  before = file_tree(tmp_path)
   with pytest.raises(SweepError, match=f'--workdir={workdir}: {workdir / MANIFEST} is not a '
                                        'readable sweep manifest'):
     sweep.run_sweep(path, str(workdir), report=False, out=io.StringIO(), python=fake_python)
@@ -123,7 +111,7 @@ def test_a_broken_manifest_or_the_workdir_as_archive_is_refused(tmp_path, fake_p
   mine = _user_folder(tmp_path / 'mine')
   line = _one_error_line(run_cli(mine, module='attnlab.report'))
   assert line.startswith(f'error: {mine} holds no {MANIFEST}; run `python -m attnlab.sweep')
-  assert _tree(tmp_path) == {**before, **{f'mine/{k}': v for k, v in USER_FILES.items()},
+  assert file_tree(tmp_path) == {**before, **{f'mine/{k}': v for k, v in USER_FILES.items()},
                              'mine': None, 'mine/plots': None, 'mine/score=dot,seed=0': None}
 
 
@@ -133,7 +121,7 @@ def test_a_file_as_workdir_or_archive_is_one_line(tmp_path, flag):
   path = write_experiment(tmp_path, EXPERIMENT)
   (tmp_path / 'afile').write_bytes(b'my data\n')
   folders = {'--workdir': str(tmp_path / 'runs'), '--archive': str(tmp_path / 'kept')}
-  before = _tree(tmp_path)
+  before = file_tree(tmp_path)
   for given, message in ((tmp_path / 'afile', 'is a file, not a folder; give a new or empty '
                                               f'folder (e.g. {flag}={tmp_path / "exp"})'),
                          (tmp_path / 'afile' / 'sub', f'is under {tmp_path / "afile"}, which is '
@@ -142,7 +130,7 @@ def test_a_file_as_workdir_or_archive_is_one_line(tmp_path, flag):
     line = _one_error_line(run_cli(path, *(f'{k}={v}' for k, v in args.items()),
                                    module='attnlab.sweep'))
     assert line.startswith(f'error: {flag}={given} {message}')
-  assert _tree(tmp_path) == before
+  assert file_tree(tmp_path) == before
 
 
 @pytest.mark.slow
@@ -198,11 +186,11 @@ def test_another_experiment_file_of_the_same_name_is_another_experiment(tmp_path
   workdir = str(tmp_path / 'runs' / 'exp')
   assert sweep.run_sweep(first, workdir, report=False, out=io.StringIO(),
                          python=fake_python) == 0
-  before = _tree(tmp_path / 'runs')
+  before = file_tree(tmp_path / 'runs')
   with pytest.raises(SweepError, match=f'--workdir={workdir} holds the sweep of {first}, not of '
                                        f'{second}: give each experiment its own folder'):
     sweep.run_sweep(second, workdir, report=False, out=io.StringIO(), python=fake_python)
-  assert _tree(tmp_path / 'runs') == before
+  assert file_tree(tmp_path / 'runs') == before
   # The same file under another spelling is the same experiment.
   assert sweep.run_sweep(os.path.relpath(first), workdir, report=False, out=io.StringIO(),
                          python=fake_python) == 0

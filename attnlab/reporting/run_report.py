@@ -278,7 +278,6 @@ def check_out(run_dir: str, out: str) -> None:
   run directory itself (its config.json would be copied onto itself, and README.md and plots
   land among the run's files), a file, or a folder that holds anything but run_report's
   earlier report of this same run (recognised by its README.md naming this run directory)."""
-  beside = os.path.dirname(os.path.normpath(out))
   free, n = f'{os.path.normpath(out)}-2', 2
   while os.path.lexists(free):
     n += 1
@@ -286,10 +285,8 @@ def check_out(run_dir: str, out: str) -> None:
   if os.path.lexists(out) and not os.path.isdir(out):
     raise RunReportError(f'--out={out} is a file, not a folder; give a new folder '
                          f'(e.g. --out={free})')
-  above = os.path.abspath(beside or '.')
-  while not os.path.lexists(above):
-    above = os.path.dirname(above)
-  if not os.path.isdir(above):
+  above = layout.file_on_the_way(out)
+  if above:
     raise RunReportError(f'--out={out} is under {above}, which is a file, not a folder; give a '
                          'folder path that is not under a file')
   if not os.path.isdir(out):

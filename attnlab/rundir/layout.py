@@ -51,6 +51,17 @@ def log_path(workdir: str, process_index: int) -> str:
   return os.path.join(workdir, name)
 
 
+def file_on_the_way(path: str) -> str | None:
+  """The existing file that `path` would pass through (FILE in FILE/run), if any: no run
+  directory, report or sweep folder can be made there."""
+  head = os.path.dirname(os.path.abspath(path))
+  while head != os.path.dirname(head):
+    if os.path.lexists(head) and not os.path.isdir(head):
+      return head
+    head = os.path.dirname(head)
+  return None
+
+
 def now() -> str:
   """The local time with its offset, as run records store it."""
   return datetime.datetime.now().astimezone().isoformat()

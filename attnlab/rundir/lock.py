@@ -19,21 +19,11 @@ import tempfile
 import time
 
 from attnlab.errors import UserError
-from attnlab.rundir.layout import LOCK_FILE, now
+from attnlab.rundir.layout import LOCK_FILE, file_on_the_way, now
 
 
 class WorkdirInUseError(UserError):
   """Another process is training in the workdir."""
-
-
-def _file_on_the_way(path: str) -> str | None:
-  """The existing non-folder that `path` passes through (a/FILE/b), if any."""
-  head = os.path.dirname(path)
-  while head and head != os.path.dirname(head):
-    if os.path.lexists(head) and not os.path.isdir(head):
-      return head
-    head = os.path.dirname(head)
-  return None
 
 
 def _path_problem(workdir: str, error: OSError) -> str:
@@ -42,8 +32,8 @@ def _path_problem(workdir: str, error: OSError) -> str:
   way_out = 'name a folder that training can create or write its files in'
   if os.path.lexists(workdir) and not os.path.isdir(workdir):
     problem = 'it is a file, not a folder'
-  elif error.errno == errno.ENOTDIR and _file_on_the_way(workdir):
-    problem = f'{_file_on_the_way(workdir)} is a file, not a folder'
+  elif error.errno == errno.ENOTDIR and file_on_the_way(workdir):
+    problem = f'{file_on_the_way(workdir)} is a file, not a folder'
   elif error.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
     problem = ('it is on a read-only file system' if error.errno == errno.EROFS
                else 'it is not writable (permission denied)')

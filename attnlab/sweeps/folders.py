@@ -13,6 +13,7 @@ import json
 import os
 import re
 
+from attnlab.rundir import layout
 from attnlab.sweeps.trials import MANIFEST, Experiment, SweepError
 
 _MANIFEST_TMP = re.compile(re.escape(MANIFEST) + r'\.\d+\.tmp')
@@ -62,10 +63,8 @@ def check_folder_owner(folder: str | None, experiment: Experiment, flag: str) ->
   way_out = f'give a new or empty folder (e.g. {flag}={_free_folder(folder, experiment)})'
   if os.path.lexists(folder) and not os.path.isdir(folder):
     raise SweepError(f'{flag}={folder} is a file, not a folder; {way_out}')
-  above = os.path.dirname(os.path.abspath(folder))
-  while not os.path.lexists(above):
-    above = os.path.dirname(above)
-  if not os.path.isdir(above):
+  above = layout.file_on_the_way(folder)
+  if above:
     raise SweepError(f'{flag}={folder} is under {above}, which is a file, not a folder; give a '
                      'folder path that is not under a file')
   if not os.path.isdir(folder):
