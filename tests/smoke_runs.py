@@ -40,6 +40,17 @@ class Killed(BaseException):
   stop handling of attnlab's catches it (it saves nothing at the stop)."""
 
 
+def one_error_line(result) -> str:
+  """The single `error: ...` line a command prints for a user's mistake (exit status 2, no
+  traceback), checked and returned."""
+  assert result.returncode == 2, (result.returncode, result.stderr[-3000:])
+  assert 'Traceback' not in result.stderr
+  lines = [line for line in result.stderr.splitlines() if line.strip()]
+  assert len(lines) == 1 and lines[0].startswith('error: '), result.stderr[-3000:]
+  assert '\\n' not in lines[0]  # no repr of a message with a newline in it
+  return lines[0]
+
+
 def die_before_step(monkeypatch, step: int, *, killed: bool = False) -> None:
   """The next run gets the real batches but stops fetching `step`'s: interrupted as by Ctrl-C
   or SIGTERM (KeyboardInterrupt), or `killed` (Killed)."""

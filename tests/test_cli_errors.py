@@ -3,23 +3,14 @@
 import os
 
 import pytest
-from smoke_runs import run_cli
+from smoke_runs import one_error_line, run_cli
 
 SMOKE = '--config=configs/reverse.py:smoke'
 
 
-def _one_error_line(result) -> str:
-  assert result.returncode == 2, (result.returncode, result.stderr[-3000:])
-  assert 'Traceback' not in result.stderr
-  lines = [line for line in result.stderr.splitlines() if line.strip()]
-  assert len(lines) == 1 and lines[0].startswith('error: '), result.stderr[-3000:]
-  assert '\\n' not in lines[0]  # no repr of a message with a newline in it
-  return lines[0]
-
-
 @pytest.mark.slow
 def test_bad_value_is_one_line_before_anything_is_written(tmp_path):
-  line = _one_error_line(run_cli(SMOKE, f'--workdir={tmp_path}/run',
+  line = one_error_line(run_cli(SMOKE, f'--workdir={tmp_path}/run',
                                  '--config.model.attention.score=gneral'))
   assert line == ("error: model.attention.score='gneral' is not valid; choose from concat, dot, "
                   'general, location, scaled_dot')
@@ -28,7 +19,7 @@ def test_bad_value_is_one_line_before_anything_is_written(tmp_path):
 
 @pytest.mark.slow
 def test_misspelled_config_key(tmp_path):
-  line = _one_error_line(run_cli(SMOKE, f'--workdir={tmp_path}', '--config.train.num_stepz=3'))
+  line = one_error_line(run_cli(SMOKE, f'--workdir={tmp_path}', '--config.train.num_stepz=3'))
   assert line.startswith('error: --config.train.num_stepz=3: config.train.num_stepz is not a '
                          "config key ('num_stepz' is unknown)")
   assert 'Did you mean "num_steps"' in line
@@ -42,19 +33,19 @@ def test_misspelled_config_key(tmp_path):
 ])
 @pytest.mark.slow
 def test_config_file_that_does_not_load(tmp_path, config, message):
-  assert _one_error_line(run_cli(f'--config={config}', f'--workdir={tmp_path}')) == message
+  assert one_error_line(run_cli(f'--config={config}', f'--workdir={tmp_path}')) == message
 
 
 @pytest.mark.slow
 def test_unknown_flag(tmp_path):
-  line = _one_error_line(run_cli(SMOKE, f'--workdirr={tmp_path}'))
+  line = one_error_line(run_cli(SMOKE, f'--workdirr={tmp_path}'))
   assert "Unknown command line flag 'workdirr'" in line
 
 
 @pytest.mark.slow
 def test_data_input_error(tmp_path):
   missing = tmp_path / 'missing.tsv'
-  line = _one_error_line(run_cli(
+  line = one_error_line(run_cli(
     '--config=configs/parallel_text.py:smoke', f'--workdir={tmp_path}/run',
     f"--config.task.train_files=('{missing}',)", f"--config.task.eval_files=('{missing}',)",
     f"--config.task.test_files=('{missing}',)"))
@@ -67,7 +58,7 @@ def test_diverging_run_stops_with_the_step_and_fitting_advice(tmp_path):
                    '--config.optim.warmup_steps=0', '--config.optim.clip_norm=0',
                    '--config.train.num_steps=8', '--config.train.log_every=1',
                    '--config.train.checkpoint_every=2', '--config.train.eval_every=8')
-  line = _one_error_line(result)
+  line = one_error_line(result)
   assert line.startswith('error: training diverged at step ')
   assert 'above train.divergence_factor=10 times its lowest value' in line
   assert 'set optim.clip_norm' in line and 'None' not in line
@@ -77,7 +68,7 @@ def test_diverging_run_stops_with_the_step_and_fitting_advice(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize('module', ['attnlab.sweep', 'attnlab.report', 'attnlab.run_report'])
 def test_other_entry_points_report_usage_errors_in_one_line(module):
-  line = _one_error_line(run_cli(module=module))
+  line = one_error_line(run_cli(module=module))
   assert line.startswith('error: usage: python -m ')
 
 
@@ -94,7 +85,7 @@ def test_other_entry_points_report_user_errors_in_one_line(tmp_path, module, arg
   args = [a.format(out=tmp_path / 'out') for a in args]
   if module != 'attnlab.sweep':
     args = [str(tmp_path), *args]
-  line = _one_error_line(run_cli(*args, module=module))
+  line = one_error_line(run_cli(*args, module=module))
   assert message in line
   assert not (tmp_path / 'out').exists()
 
@@ -118,7 +109,7 @@ def test_entry_point_help_shows_the_commands_usage_and_flags(module, usage, flag
 def test_a_config_file_that_returns_no_config_dict(tmp_path, body, returned):
   path = tmp_path / 'mine.py'
   path.write_text(f'def get_config():\n  {body}\n')
-  line = _one_error_line(run_cli(f'--config={path}', f'--workdir={tmp_path}/run'))
+  line = one_error_line(run_cli(f'--config={path}', f'--workdir={tmp_path}/run'))
   assert line == (f'error: --config={path}: get_config() in {path} returned {returned}, not an '
                   'ml_collections.ConfigDict; build the config as configs/base.py does '
                   '(ml_collections.ConfigDict())')
@@ -133,7 +124,7 @@ def test_a_config_file_that_returns_no_config_dict(tmp_path, body, returned):
 def test_a_workdir_that_cannot_hold_a_run(tmp_path, workdir, problem):
   (tmp_path / 'file').write_text('mine\n')
   workdir = workdir.format(tmp=tmp_path)
-  line = _one_error_line(run_cli(SMOKE, f'--workdir={workdir}'))
+  line = one_error_line(run_cli(SMOKE, f'--workdir={workdir}'))
   assert line == (f'error: --workdir={workdir}: {problem.format(tmp=tmp_path)} that training '
                   'can create or write its files in')
   assert (tmp_path / 'file').read_text() == 'mine\n'
@@ -142,6 +133,6 @@ def test_a_workdir_that_cannot_hold_a_run(tmp_path, workdir, problem):
 
 @pytest.mark.slow
 def test_an_empty_workdir_flag():
-  line = _one_error_line(run_cli(SMOKE, '--workdir='))
+  line = one_error_line(run_cli(SMOKE, '--workdir='))
   assert line == ('error: --workdir is empty; name the folder of the run, e.g. '
                   '--workdir=runs/reverse')

@@ -9,7 +9,7 @@ import pytest
 from absl import flags
 from absl.testing import flagsaver
 from conftest import file_tree
-from smoke_runs import run_cli
+from smoke_runs import one_error_line, run_cli
 
 from attnlab import run_report as run_report_command
 from attnlab.decoding import heatmaps
@@ -214,14 +214,6 @@ def test_translation_reports_bleu_by_source_length_in_words(tmp_path):
   assert os.path.getsize(tmp_path / 'b.png') > 3000
 
 
-def _one_error_line(result) -> str:
-  assert result.returncode == 2, (result.returncode, result.stderr[-3000:])
-  assert 'Traceback' not in result.stderr
-  lines = [line for line in result.stderr.splitlines() if line.strip()]
-  assert len(lines) == 1 and lines[0].startswith('error: '), result.stderr[-3000:]
-  return lines[0]
-
-
 @pytest.mark.slow
 def test_out_that_would_overwrite_anything_is_refused_before_writing(run_dir, tmp_path):
   """--out=RUN (the run's own folder), a folder of the user's files, another run's report, a
@@ -249,7 +241,7 @@ def test_out_that_would_overwrite_anything_is_refused_before_writing(run_dir, tm
                               'which is a file, not a folder',
   }
   for out, message in mistakes.items():
-    line = _one_error_line(run_cli(str(run_dir), f'--out={out}', module='attnlab.run_report'))
+    line = one_error_line(run_cli(str(run_dir), f'--out={out}', module='attnlab.run_report'))
     assert line.startswith(f'error: {message}')
   assert file_tree(tmp_path) == before
 

@@ -9,7 +9,7 @@ import os
 
 import pytest
 from conftest import file_tree, write_experiment
-from smoke_runs import run_cli
+from smoke_runs import one_error_line, run_cli
 
 from attnlab import sweep
 from attnlab.sweeps import trial_dirs, trials
@@ -40,14 +40,6 @@ def _user_folder(path) -> str:
   return str(path)
 
 
-def _one_error_line(result) -> str:
-  assert result.returncode == 2, (result.returncode, result.stderr[-3000:])
-  assert 'Traceback' not in result.stderr
-  lines = [line for line in result.stderr.splitlines() if line.strip()]
-  assert len(lines) == 1 and lines[0].startswith('error: '), result.stderr[-3000:]
-  return lines[0]
-
-
 @pytest.mark.parametrize('flag', ['--workdir', '--archive'])
 def test_a_folder_that_is_not_a_sweep_is_refused_and_left_as_it_was(tmp_path, fake_python, flag):
   path = write_experiment(tmp_path, EXPERIMENT)
@@ -61,7 +53,7 @@ def test_a_folder_that_is_not_a_sweep_is_refused_and_left_as_it_was(tmp_path, fa
     sweep.run_sweep(path, workdir, archive=archive, out=io.StringIO(), python=fake_python)
   assert str(refused.value).startswith(message)
   args = [path, f'--workdir={workdir}'] + ([f'--archive={archive}'] if archive else [])
-  line = _one_error_line(run_cli(*args, '--dry_run', module='attnlab.sweep'))
+  line = one_error_line(run_cli(*args, '--dry_run', module='attnlab.sweep'))
   assert line == f'error: {refused.value}'
   assert line.endswith(f'(e.g. {flag}={tmp_path / "exp"})')  # a folder it may use
   assert file_tree(tmp_path) == before  # byte for byte; no sweep.json, claims or trial folder
@@ -105,11 +97,11 @@ def test_a_broken_manifest_or_the_workdir_as_archive_is_refused(tmp_path, fake_p
                                        'readable sweep manifest'):
     sweep.run_sweep(path, str(workdir), report=False, out=io.StringIO(), python=fake_python)
   # The report writes where a sweep's manifest is, and names a broken one in one line.
-  line = _one_error_line(run_cli(str(workdir), module='attnlab.report'))
+  line = one_error_line(run_cli(str(workdir), module='attnlab.report'))
   assert line.startswith(f'error: {workdir / MANIFEST} is not a readable sweep manifest '
                          '(JSONDecodeError: ')
   mine = _user_folder(tmp_path / 'mine')
-  line = _one_error_line(run_cli(mine, module='attnlab.report'))
+  line = one_error_line(run_cli(mine, module='attnlab.report'))
   assert line.startswith(f'error: {mine} holds no {MANIFEST}; run `python -m attnlab.sweep')
   assert file_tree(tmp_path) == {**before, **{f'mine/{k}': v for k, v in USER_FILES.items()},
                              'mine': None, 'mine/plots': None, 'mine/score=dot,seed=0': None}
@@ -127,7 +119,7 @@ def test_a_file_as_workdir_or_archive_is_one_line(tmp_path, flag):
                          (tmp_path / 'afile' / 'sub', f'is under {tmp_path / "afile"}, which is '
                                                       'a file, not a folder')):
     args = {**folders, flag: str(given)}
-    line = _one_error_line(run_cli(path, *(f'{k}={v}' for k, v in args.items()),
+    line = one_error_line(run_cli(path, *(f'{k}={v}' for k, v in args.items()),
                                    module='attnlab.sweep'))
     assert line.startswith(f'error: {flag}={given} {message}')
   assert file_tree(tmp_path) == before
@@ -137,12 +129,12 @@ def test_a_file_as_workdir_or_archive_is_one_line(tmp_path, flag):
 def test_an_experiment_file_that_is_not_python_is_one_line(tmp_path):
   syntax = write_experiment(tmp_path, EXPERIMENT.replace('def sweep(add):', 'def sweep(add)'),
                             name='syntax.py')
-  line = _one_error_line(run_cli(syntax, f'--workdir={tmp_path / "runs"}',
+  line = one_error_line(run_cli(syntax, f'--workdir={tmp_path / "runs"}',
                                  module='attnlab.sweep'))
   assert line == f"error: {syntax}:3: expected ':'"
   nul = tmp_path / 'nul.py'
   nul.write_bytes(b"BASE = 'configs/reverse.py:smoke'\n\x00def sweep(add):\n  pass\n")
-  line = _one_error_line(run_cli(str(nul), f'--workdir={tmp_path / "runs"}',
+  line = one_error_line(run_cli(str(nul), f'--workdir={tmp_path / "runs"}',
                                  module='attnlab.sweep'))
   assert line.startswith(f'error: {nul}: NUL byte at byte offset 34 (line 2); ')
   assert not (tmp_path / 'runs').exists()
