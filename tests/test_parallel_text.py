@@ -18,7 +18,7 @@ from attnlab.data.sentencepiece_vocab import (
 )
 from attnlab.data.tasks import DataError
 from attnlab.data.vocab import Vocab
-from attnlab.tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from attnlab.tokens import BOS_ID, EOS_ID, NUM_SPECIAL_TOKENS, PAD_ID, UNK_ID
 from configs import parallel_text as parallel_text_config
 
 PAIRS = [
@@ -89,7 +89,7 @@ def test_word_and_char_vocabularies_come_from_training_text():
   texts = ['b a a', 'c a b']
   word = translation.make_vocab(texts, 'word', 2)
   assert word.symbols == ('a', 'b')  # the 2 most frequent; 'c' becomes UNK
-  assert word.encode('a c') == [word.id_of('a'), UNK_ID, EOS_ID]
+  assert word.encode('a c') == [word.symbols.index('a') + NUM_SPECIAL_TOKENS, UNK_ID, EOS_ID]
   char = translation.make_vocab(texts, 'char', 100)
   assert set(char.symbols) == set('abc ')
   with pytest.raises(ValueError, match='choose from char, word, sentencepiece'):

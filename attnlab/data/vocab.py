@@ -84,9 +84,6 @@ class Vocab:
   def __repr__(self) -> str:
     return f'Vocab(size={self.size}, mode={self.mode!r})'
 
-  def id_of(self, token: str) -> int:
-    return self._stoi.get(token, UNK_ID)
-
   def encode(self, text: str) -> list[int]:
     """Token ids of `text` followed by EOS; unknown symbols become UNK_ID."""
     return [self._stoi.get(t, UNK_ID) for t in split_text(text, self.mode)] + [EOS_ID]
