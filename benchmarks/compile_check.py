@@ -20,8 +20,8 @@ from attnlab.config import run as config_lib
 from attnlab.decoding import search
 from attnlab.models.factory import build_model
 from attnlab.runtime.parallel import DataParallel
-from attnlab.train import loop as train
 from attnlab.train import optim, steps
+from attnlab.train import start as train_start
 from configs import base
 
 
@@ -36,7 +36,7 @@ def check_default_config(num_steps: int, *, quick: bool = False) -> dict:
   task = data.load_task(cfg)
   model = build_model(cfg.model, task.source_vocab.size, task.target_vocab.size)
   tx, _ = optim.make_optimizer(cfg.optim, cfg.train.num_steps)
-  state = train.init_state(model, tx, cfg)
+  state = train_start.init_state(model, tx, cfg)
   parallel = DataParallel(cfg.parallel.mode, devices=jax.local_devices()[:1])
   traces = {'train': 0, 'greedy': 0}
 

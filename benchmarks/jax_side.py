@@ -16,8 +16,8 @@ import numpy as np
 from attnlab.decoding import search
 from attnlab.models.factory import build_model
 from attnlab.runtime.parallel import DataParallel
-from attnlab.train import loop as train
 from attnlab.train import optim, steps
+from attnlab.train import start as train_start
 from benchmarks import flops as flops_lib
 from benchmarks import workloads
 
@@ -31,7 +31,7 @@ class JaxRunner:
     self.cfg = cfg = workloads.run_config(workload, quick=quick, bucket_size=bucket_size)
     self.model = build_model(cfg.model, workloads.SOURCE_VOCAB, workloads.TARGET_VOCAB)
     tx, _ = optim.make_optimizer(cfg.optim, cfg.train.num_steps)
-    state = train.init_state(self.model, tx, cfg)
+    state = train_start.init_state(self.model, tx, cfg)
     self.params = state.params
     self.parallel = DataParallel(mode, devices=jax.local_devices()[:1])
     self.traces = {'train': 0, 'greedy': 0, 'beam': 0}

@@ -21,6 +21,7 @@ from attnlab.data.batching import (
 )
 from attnlab.runtime.parallel import DataParallel
 from attnlab.tokens import BOS_ID, PAD_ID
+from attnlab.train import start as train_start
 from attnlab.train import steps
 from configs.base import get_config
 
@@ -337,7 +338,7 @@ def test_a_token_batched_run_trains_and_resumes_at_its_data_position(tmp_path):
                            'data.tokens_per_batch': 160, 'data.num_buckets': 2})
   final = train.train_and_evaluate(config, str(tmp_path))
   assert np.isfinite(final['test']['loss'])
-  run, _, batches, start = train.setup(config, str(tmp_path))
+  run, _, batches, start = train_start.setup(config, str(tmp_path))
   run.ckpt.close()
   assert start == 2 and batches.get_state() == {'step': 2} and len(batches.shapes) == 2
   batches.close()

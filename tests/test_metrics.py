@@ -8,6 +8,7 @@ import pytest
 import sacrebleu
 
 from attnlab import metrics
+from attnlab.train import start as train_start
 
 
 def test_summarize_hand_values():
@@ -240,7 +241,6 @@ def test_local_m_decoding_past_the_source_goes_through_evaluation(tmp_path):
   """The real evaluation path (attnlab.evaluate): a local_m model that never emits EOS decodes
   12 steps from sources of 3-4 tokens (+EOS), so its late steps see no key in the window."""
   from attnlab.tokens import EOS_ID
-  from attnlab.train import loop as train
   from configs import reverse
 
   config = reverse.get_config('smoke')
@@ -252,7 +252,7 @@ def test_local_m_decoding_past_the_source_goes_through_evaluation(tmp_path):
     config.model.attention.window_radius = 1
     config.eval.max_decode_length = 12
     config.eval.num_heatmaps = 6
-  run, state, _, _ = train.setup(config, str(tmp_path))
+  run, state, _, _ = train_start.setup(config, str(tmp_path))
   run.ckpt.close()
   params = jax.tree.map(np.array, state.params)  # host copies we may write to
   params['decoder']['w_o']['bias'][EOS_ID] = -1e4  # never stop before max_decode_length

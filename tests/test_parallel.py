@@ -14,6 +14,7 @@ from attnlab.config import run as config_lib
 from attnlab.models.factory import build_model
 from attnlab.runtime.parallel import DataParallel
 from attnlab.train import loop as train
+from attnlab.train import start as train_start
 from attnlab.train import steps
 from configs import reverse
 
@@ -33,7 +34,7 @@ def smoke_setup(kind: str):
   model = build_model(cfg.model, task.source_vocab.size, task.target_vocab.size)
   # Plain SGD: Adam would blow float noise in exactly-zero gradients (e.g. attention key
   # biases, which softmax ignores) up to full-size updates and hide real differences.
-  state = train.init_state(model, optax.sgd(0.5), cfg)
+  state = train_start.init_state(model, optax.sgd(0.5), cfg)
   batches = data.train_batches(task, cfg, process_index=0, process_count=1)
   return cfg, state, [next(batches) for _ in range(NUM_STEPS)]
 

@@ -18,13 +18,14 @@ from attnlab.rundir import checkpoint, console, layout, run_times
 from attnlab.runtime import machine
 from attnlab.train import divergence, steps
 from attnlab.train import loop as train
+from attnlab.train import start as train_start
 from attnlab.train.evaluation import Evaluator
 
 LIBRARY_LOG_LINE = re.compile(r'^[IWEF]\d{4} \d\d:\d\d:\d\d', re.MULTILINE)  # absl's prefix
 
 
 def restored_params(workdir, config):
-  run, state, _, _ = train.setup(config, workdir)
+  run, state, _, _ = train_start.setup(config, workdir)
   run.ckpt.close()
   return state.params
 
@@ -205,12 +206,12 @@ def test_validation_rejects_a_divergence_factor_that_always_fires():
 
 def test_warmup_longer_than_the_run_is_a_warning(tmp_path, caplog):
   cfg = config.parse(smoke_config(**{'optim.warmup_steps': 1000, 'train.num_steps': 4}))
-  (warning,) = train.config_warnings(cfg)
+  (warning,) = train_start.config_warnings(cfg)
   # At the last update the learning rate is 0.003 * 3 / 1000.
   assert warning == ('optim.warmup_steps=1000 >= train.num_steps=4: the learning rate never '
                      'reaches optim.learning_rate=0.003 (at most 9e-06); shorten the warmup')
-  assert train.config_warnings(config.parse(smoke_config(**{'optim.warmup_steps': 3}))) == []
-  run, *_ = train.setup(smoke_config(**{'optim.warmup_steps': 1000}), str(tmp_path))
+  assert train_start.config_warnings(config.parse(smoke_config(**{'optim.warmup_steps': 3}))) == []
+  run, *_ = train_start.setup(smoke_config(**{'optim.warmup_steps': 1000}), str(tmp_path))
   run.ckpt.close()
   assert warning in caplog.text
 
