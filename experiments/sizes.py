@@ -20,13 +20,10 @@ picks the recipes' full widths instead (the end of this file), for a GPU or TPU 
 takes minutes; the grids stay the same.
 """
 
-import os
 
-from attnlab.sweeps.trials import SIZES, SIZES_VARIABLE
+from attnlab.sweeps.trials import chosen_size
 
-SIZE = os.environ.get(SIZES_VARIABLE) or SIZES[0]
-if SIZE not in SIZES:
-  raise ValueError(f'{SIZES_VARIABLE}={SIZE!r} is not valid; choose from {", ".join(SIZES)}')
+SIZE = chosen_size()
 
 # Reduce on plateau, then stop: one definition for every trial.
 PLATEAU = {

@@ -227,3 +227,9 @@ def test_sizes_for_accelerators_are_picked_by_a_flag_not_an_edit(tmp_path):
      f'--workdir={tmp_path / "heads"}'], cwd=REPO, capture_output=True, text=True, env=env,
     check=False)
   assert result.returncode == 2 and result.stderr.count('\n') == 1, result.stderr
+  result = subprocess.run(
+    [sys.executable, '-m', 'attnlab.sweep', 'experiments/heads.py', '--dry_run',
+     f'--workdir={tmp_path / "heads"}'], cwd=REPO, capture_output=True, text=True,
+    env={**env, trials.SIZES_VARIABLE: 'tpu'}, check=False)
+  assert result.returncode == 2 and result.stderr == (
+      "error: ATTNLAB_SIZES='tpu' is not valid; choose from cpu, accelerator\n")

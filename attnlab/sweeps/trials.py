@@ -43,6 +43,15 @@ from attnlab.errors import UserError
 # (attnlab.sweep --sizes sets it): sized for CPU cores, or the papers' widths for accelerators.
 SIZES = ('cpu', 'accelerator')
 SIZES_VARIABLE = 'ATTNLAB_SIZES'
+
+
+def chosen_size() -> str:
+  """The sizes ATTNLAB_SIZES names (cpu when unset); a SweepError for any other value."""
+  size = os.environ.get(SIZES_VARIABLE) or SIZES[0]
+  if size not in SIZES:
+    raise SweepError(f'{SIZES_VARIABLE}={size!r} is not valid; choose from {", ".join(SIZES)}')
+  return size
+
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MANIFEST = 'sweep.json'
 SEED_KEY = 'seed'
@@ -202,6 +211,7 @@ def _check_labels(path: str, trials: list[Trial]) -> None:
 
 def load_experiment(path: str) -> Experiment:
   """Runs the experiment file's `sweep(add)` and returns its trials (nothing is checked yet)."""
+  chosen_size()  # read by the file (experiments/sizes.py): a bad value is one line, not its error
   module = _load_module(path, 'attnlab_experiment')
   base = module.base() if callable(getattr(module, 'base', None)) else getattr(module, 'BASE', '')
   if not isinstance(base, str) or not base:
