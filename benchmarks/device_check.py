@@ -29,7 +29,7 @@ import jax
 import numpy as np
 
 from attnlab.decoding import runs
-from attnlab.rundir import checkpoint, layout
+from attnlab.rundir import checkpoint, checkpoint_params, layout
 from attnlab.runtime.machine import default_machine_name
 from attnlab.train import loop
 
@@ -64,7 +64,7 @@ def train_losses(workdir: str) -> list[tuple[int, float]]:
 
 def final_params(workdir: str):
   with checkpoint.Checkpointer(layout.checkpoint_dir(workdir), keep=1) as ckpt:
-    return ckpt.restore_params('latest')[0]
+    return checkpoint_params.restore(ckpt, 'latest')[0]
 
 
 def compare_modes(spec: str, steps: int, rtol: float, folder: str) -> dict:

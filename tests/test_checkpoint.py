@@ -12,11 +12,9 @@ import optax
 import pytest
 
 import attnlab
-from attnlab.rundir.checkpoint import (
-    Checkpointer,
-    MissingCheckpointError,
-    UnreadableCheckpointError,
-)
+from attnlab.rundir import checkpoint_params
+from attnlab.rundir.checkpoint import Checkpointer, MissingCheckpointError
+from attnlab.rundir.checkpoint_params import UnreadableCheckpointError
 
 
 def _state(seed: float):
@@ -170,7 +168,7 @@ def test_best_checkpoint_is_kept_apart_and_pruned_only_when_superseded(tmp_path)
   with Checkpointer(tmp_path, keep=1) as ckpt:
     assert ckpt.best_step() is None
     with pytest.raises(MissingCheckpointError, match="no 'best' checkpoint"):
-      ckpt.restore_params('best')
+      checkpoint_params.restore(ckpt, 'best')
     ckpt.save_best(2, params(2.0), {'value': 0.5})
     ckpt.save(2, _state(2.0), {'step': 2}, {}, best_step=2)
     ckpt.save(3, _state(3.0), {'step': 3}, {}, best_step=2)  # keep=1 deletes latest step 2
@@ -180,15 +178,15 @@ def test_best_checkpoint_is_kept_apart_and_pruned_only_when_superseded(tmp_path)
     assert ckpt.best_steps() == [2, 4] and ckpt.all_steps() == [4]
   with Checkpointer(tmp_path, keep=1) as ckpt:
     assert ckpt.best_steps() == [4] and ckpt.best_info() == {'value': 0.7}
-    got, step = ckpt.restore_params('best')
+    got, step = checkpoint_params.restore(ckpt, 'best')
     assert step == 4 and isinstance(got['w'], np.ndarray)
     np.testing.assert_array_equal(got['w'], [4.0, 4.0])
-    got, step = ckpt.restore_params('latest', target_params=_state(0.0)['params'])
+    got, step = checkpoint_params.restore(ckpt, 'latest', target_params=_state(0.0)['params'])
     assert step == 4
     _assert_same(got, _state(4.0)['params'])
-    assert ckpt.restore_params(4)[1] == 4
+    assert checkpoint_params.restore(ckpt, 4)[1] == 4
     with pytest.raises(MissingCheckpointError, match=r'latest steps \[4\], best 4'):
-      ckpt.restore_params(7)
+      checkpoint_params.restore(ckpt, 7)
     # Resuming from step 3 (say step 4 was unreadable) drops the best of the dead future.
     assert not ckpt.resume_best(3, best_step=2)
     assert ckpt.best_steps() == []
@@ -208,19 +206,19 @@ def test_unreadable_params_name_the_damaged_file_and_the_checkpoints_that_read(t
         rf'^checkpoint {tmp_path}/3 cannot be read: state/manifest.ocdbt is damaged \(Error '
         r'decoding manifest: Length in header \(\d+\) does not match actual length \(20\); at '
         r'byte 12\); these read: --checkpoint=best \(step 3\), --checkpoint=2, --checkpoint=1$')):
-      ckpt.restore_params(3)
+      checkpoint_params.restore(ckpt, 3)
     shutil.rmtree(tmp_path / 'best' / '3' / 'state')
     (tmp_path / '2' / 'state' / 'manifest.ocdbt').write_bytes(b'garbage')
     with pytest.raises(UnreadableCheckpointError, match=(
         rf'^checkpoint {tmp_path}/best/3 cannot be read: state is missing; these read: '
         r'--checkpoint=1$')):
-      ckpt.restore_params('best')
+      checkpoint_params.restore(ckpt, 'best')
     for data in (tmp_path / '1' / 'state' / 'd').iterdir():
       data.unlink()
     with pytest.raises(UnreadableCheckpointError, match=(
         rf'^checkpoint {tmp_path}/1 cannot be read: state/d/\w+ is missing; no other checkpoint '
         rf'in {tmp_path} reads either$')):
-      ckpt.restore_params(1)
+      checkpoint_params.restore(ckpt, 1)
 
 
 def test_damaged_save_records_are_listed_and_do_not_stop_a_read(tmp_path):
@@ -228,5 +226,5 @@ def test_damaged_save_records_are_listed_and_do_not_stop_a_read(tmp_path):
     ckpt.save(1, {'params': {'w': np.ones(2, np.float32)}}, {'step': 1}, {})
   (tmp_path / '1' / '_CHECKPOINT_METADATA').write_text('garbage')
   with Checkpointer(tmp_path, keep=2) as ckpt:
-    assert ckpt.damaged_metadata() == [tmp_path / '1' / '_CHECKPOINT_METADATA']
-    np.testing.assert_array_equal(ckpt.restore_params(1)[0]['w'], [1.0, 1.0])
+    assert checkpoint_params.damaged_metadata(ckpt) == [tmp_path / '1' / '_CHECKPOINT_METADATA']
+    np.testing.assert_array_equal(checkpoint_params.restore(ckpt, 1)[0]['w'], [1.0, 1.0])

@@ -11,7 +11,7 @@ import pytest
 from smoke_runs import smoke_config
 
 from attnlab import data
-from attnlab.rundir import checkpoint, layout
+from attnlab.rundir import checkpoint, checkpoint_params, layout
 from attnlab.runtime import interrupt
 from attnlab.train import loop as train
 
@@ -116,6 +116,6 @@ def test_a_stopped_run_saves_its_last_step_and_resumes_there_bit_for_bit(tmp_pat
   for name in ('latest', 8):
     with checkpoint.Checkpointer(layout.checkpoint_dir(stopped), keep=10) as a, \
         checkpoint.Checkpointer(layout.checkpoint_dir(whole), keep=10) as b:
-      for x, y in zip(jax.tree.leaves(a.restore_params(name)[0]),
-                      jax.tree.leaves(b.restore_params(name)[0]), strict=True):
+      for x, y in zip(jax.tree.leaves(checkpoint_params.restore(a, name)[0]),
+                      jax.tree.leaves(checkpoint_params.restore(b, name)[0]), strict=True):
         np.testing.assert_array_equal(x, y)

@@ -10,7 +10,7 @@ from smoke_runs import Killed, die_before_step, script_eval_metric, smoke_config
 
 from attnlab import errors
 from attnlab.config import run as config
-from attnlab.rundir import checkpoint
+from attnlab.rundir import checkpoint, checkpoint_params
 from attnlab.train import loop as train
 from attnlab.train import selection
 from configs import base
@@ -82,7 +82,7 @@ def _final(workdir):
 
 def _params(workdir, step, which_dir=''):
   with checkpoint.Checkpointer(os.path.join(workdir, 'checkpoints'), keep=10) as ckpt:
-    params, got = ckpt.restore_params(step if not which_dir else which_dir)
+    params, got = checkpoint_params.restore(ckpt, step if not which_dir else which_dir)
   assert got == step
   return params
 

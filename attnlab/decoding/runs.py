@@ -11,7 +11,7 @@ What train.py leaves in a run directory and what is read here:
 `load_run(workdir, checkpoint='best')` returns a `TrainedRun` whose `decode` answers new
 inputs (decoding/inference.py). `checkpoint` is 'best' (the checkpoint model selection kept; the
 latest one, with a note, when the run recorded none), 'latest' or a step number; only the
-parameters are read (`Checkpointer.restore_params`), not the optimiser state. A directory
+parameters are read (attnlab/rundir/checkpoint_params.py), not the optimiser state. A directory
 that is not a finished-enough run raises `RunDirError` (a `UserError`: one line on the
 command line) saying what is missing; a damaged vocabulary file, a checkpoint that does not
 read (`UnreadableCheckpointError`, naming the ones that do) or one whose parameter shapes are
@@ -37,7 +37,7 @@ from attnlab.decoding import inference
 from attnlab.errors import UserError
 from attnlab.models.factory import build_model
 from attnlab.rundir import checkpoint as checkpoint_lib
-from attnlab.rundir import damage, layout
+from attnlab.rundir import checkpoint_params, damage, layout
 
 CHECKPOINT_CHOICES = ('best', 'latest')  # or a step number
 
@@ -201,8 +201,8 @@ def load_run(workdir: str, checkpoint: str | int = 'best') -> TrainedRun:
                                        keep=cfg.train.keep_checkpoints, read_only=True)
     try:
       which, note = choose_checkpoint(ckpt, checkpoint)
-      params, step = ckpt.restore_params(which, target_params=target)
-      damaged = ckpt.damaged_metadata()
+      params, step = checkpoint_params.restore(ckpt, which, target_params=target)
+      damaged = checkpoint_params.damaged_metadata(ckpt)
     finally:
       ckpt.close()
   check_shapes(params, target, f'checkpoint step {step} in {ckpt.directory}')

@@ -30,9 +30,8 @@ same target (so the target is not to blame), the unreadable newer steps are rena
 `<step>.unreadable` (kept for inspection, ignored by orbax) so that training can save those
 step numbers again. The warning names the step, the reason in one line and where the step was
 moved; the libraries' full error goes to the log (the run's train.log, not the console).
-`restore_params` (reading a run back) never falls back or moves anything: a checkpoint that does
-not read raises `UnreadableCheckpointError`, which names the damaged file and the other
-checkpoints that read.
+Reading one checkpoint's parameters back (attnlab/rundir/checkpoint_params.py) never falls back
+or moves anything.
 
 The best checkpoint (model selection, attnlab.train.selection) lives apart from the rolling latest
 ones, in `<directory>/best/<step>/` (items `state` = {'params': ...} and `data` = JSON about
@@ -40,7 +39,7 @@ the selection), so `keep` never deletes it:
 
     ckpt.save_best(step, params, {'metric': 'wer', 'value': 0.21, ...})
     ckpt.save(step, state, data_state, config, best_step=step)  # the best it refers to
-    params, step = ckpt.restore_params('best')                 # or 'latest' or a step number
+    params, step = checkpoint_params.restore(ckpt, 'best')     # or 'latest' or a step number
 
 A best step is deleted only once a committed latest checkpoint refers to a newer one, and on
 resume (`resume_best`) the best steps newer than the resumed step (a killed attempt's future)
@@ -75,11 +74,6 @@ _READ_ONLY = ocp.CheckpointManagerOptions(
 
 class MissingCheckpointError(UserError):
   """The checkpoint asked for (best, latest or a step) is not in the directory."""
-
-
-class UnreadableCheckpointError(UserError):
-  """The checkpoint asked for has damaged or missing files; the message names the file and the
-  checkpoints that still read."""
 
 
 class Checkpointer:
@@ -221,101 +215,6 @@ class Checkpointer:
       manager.reload()
     self._referenced_best = best_step
     return best_step is None or best_step in self.best_steps()
-
-  def restore_params(self, which: str | int = 'best', target_params: Any = None):
-    """Parameters of one checkpoint: `(params, step)`.
-
-    Args:
-      which: 'best' (the selected step), 'latest' (the newest saved step) or a step number,
-        looked up among the latest steps and then the best ones.
-      target_params: optional pytree of arrays / ShapeDtypeStructs; restored leaves get its
-        shapes and dtypes. Without it, the saved shapes and dtypes (NumPy arrays).
-
-    Raises:
-      MissingCheckpointError (a UserError): no such checkpoint; the message lists what exists.
-      UnreadableCheckpointError (a UserError): its files are damaged or missing (or do not fit
-        `target_params`); the message names the file and the other checkpoints that read.
-    """
-    self.wait()
-    latest, best = self.all_steps(), self.best_steps()
-    if which == 'best':
-      folder, step = BEST_DIR, (best[-1] if best else None)
-    elif which == 'latest':
-      folder, step = '', (latest[-1] if latest else None)
-    elif str(which).isdigit() and int(which) in latest + best:
-      step = int(which)
-      folder = '' if step in latest else BEST_DIR
-    else:
-      folder, step = '', None
-    if step is None:
-      raise MissingCheckpointError(
-        f'no {which!r} checkpoint in {self.directory}: latest steps {latest or "none"}, best '
-        f'{best[-1] if best else "none"}; choose best, latest or one of those steps')
-    try:
-      return self._read_params(folder, step, target_params), step
-    except Exception as e:  # orbax and tensorstore raise many types for damaged files
-      damage.drop_orphaned_read_errors(self.directory)
-      error = e
-    others = self._readable_choices((folder, step), target_params)
-    found = (f'these read: {", ".join(others)}' if others else
-             f'no other checkpoint in {self.directory} reads either')
-    raise UnreadableCheckpointError(
-      f'checkpoint {self._step_dir(folder, step)} cannot be read: '
-      f'{damage.describe(error, self._step_dir(folder, step))}; {found}') from error
-
-  def damaged_metadata(self) -> list[epath.Path]:
-    """The `_CHECKPOINT_METADATA` files that are not JSON. Orbax keeps its record of a save
-    there (timestamps, item handlers); restoring the items does not need it."""
-    bad = []
-    for folder, steps in (('', self.all_steps()), (BEST_DIR, self.best_steps())):
-      for step in steps:
-        path = self._step_dir(folder, step) / '_CHECKPOINT_METADATA'
-        try:
-          json.loads(path.read_text())
-        except FileNotFoundError:
-          continue
-        except (OSError, ValueError):
-          bad.append(path)
-    return bad
-
-  def _step_dir(self, folder: str, step: int) -> epath.Path:
-    return self.directory / folder / str(step) if folder else self.directory / str(step)
-
-  def _read_params(self, folder: str, step: int, target_params: Any) -> Any:
-    path = self._step_dir(folder, step) / 'state'
-    reader = ocp.PyTreeCheckpointHandler()  # reads the `state` item alone, a subset of it
-    try:
-      if target_params is None:
-        saved = reader.metadata(path)
-        saved = getattr(saved, 'tree', saved)['params']
-        target_params = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype), saved)
-      abstract = {'params': jax.tree.map(ocp.utils.to_shape_dtype_struct, target_params)}
-      restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), abstract)
-      out = reader.restore(path, args=ocp.args.PyTreeRestore(
-        item=abstract, restore_args=restore_args, partial_restore=True))
-    finally:
-      reader.close()
-    return out['params']
-
-  def _readable_choices(self, failed: tuple[str, int], target_params: Any) -> list[str]:
-    """`--checkpoint=...` for each other checkpoint whose parameters read, newest first. A step
-    number finds the latest folder first, so a best step also kept there is offered by its
-    number, and the newest best step as `best`."""
-    latest, best = self.all_steps(), self.best_steps()
-    candidates = [(s, '', str(s)) for s in latest]
-    candidates += [(s, BEST_DIR, 'best' if s == best[-1] else str(s)) for s in best
-                   if s == best[-1] or s not in latest]
-    choices = []
-    for step, folder, choice in sorted(candidates, key=lambda c: -c[0]):
-      if (folder, step) == failed:
-        continue
-      try:
-        self._read_params(folder, step, target_params)
-      except Exception:  # unreadable for any reason: not offered
-        damage.drop_orphaned_read_errors(self.directory)
-        continue
-      choices.append(f'--checkpoint={choice}' + (f' (step {step})' if choice == 'best' else ''))
-    return choices
 
   def restore(self, step: int | None = None, *, target_state: Any) -> tuple[Any, dict, int]:
     """Restores `(state, data_state, step)`.

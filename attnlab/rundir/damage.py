@@ -91,7 +91,8 @@ _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # at
 def orbax_logs_dropped() -> Iterator[None]:
   """Within: the records of absl's logger, which orbax writes to, are dropped. Reading a run
   back, orbax's ERROR about a `_CHECKPOINT_METADATA` that is not JSON (see
-  Checkpointer.damaged_metadata) and its INFO lines are noise; the errors that matter are raised."""
+  checkpoint_params.damaged_metadata) and its INFO lines are noise; the errors that matter are
+  raised."""
   absl_logger, drop = std_logging.getLogger('absl'), (lambda record: False)
   absl_logger.addFilter(drop)
   try:

@@ -34,7 +34,7 @@ from attnlab import metrics
 from attnlab.config import run as config_lib
 from attnlab.config.run import SELECT_SPLIT
 from attnlab.errors import UserError
-from attnlab.rundir import console, layout, writers
+from attnlab.rundir import checkpoint_params, console, layout, writers
 from attnlab.rundir import lock as run_lock
 from attnlab.runtime import interrupt, logs
 from attnlab.runtime.parallel import DataParallel
@@ -283,7 +283,7 @@ def final_evaluation(run: Run, p_state, latest: dict) -> tuple[int, dict]:
       if step == run.step:
         params = p_state.params
       else:
-        best, _ = run.ckpt.restore_params(step, target_params=run.params_shape)
+        best, _ = checkpoint_params.restore(run.ckpt, step, target_params=run.params_shape)
         params = run.parallel.replicate(best)
     with run.progress.evaluating():
       final[split] = run.evaluator.evaluate(params, split, step)
