@@ -27,6 +27,7 @@ import pytest
 from attnlab.config import run as config_lib
 from attnlab.data import load_task
 from attnlab.decoding import inference, runs
+from attnlab.explore import api
 from attnlab.explore import server as explore
 from attnlab.models.factory import build_model
 from configs import reverse
@@ -56,7 +57,7 @@ def explorer(tiny_reverse_run, tmp_path_factory):
     config.model.attention.num_heads = 4
     config.model.attention.score = 'scaled_dot'
   heads = random_run(config, tmp_path_factory.mktemp('four_heads'))  # no predictions there
-  return explore.Explorer([runs.load_run(tiny_reverse_run, 'latest'), heads], LABELS)
+  return api.Explorer([runs.load_run(tiny_reverse_run, 'latest'), heads], LABELS)
 
 
 @contextlib.contextmanager
@@ -82,7 +83,7 @@ def url(explorer):
 def run_dir_only(workdir):
   """An Explorer over one run that has a directory and nothing else: /api/examples and the
   page work, decoding does not (for the tests that need no trained run)."""
-  return explore.Explorer([types.SimpleNamespace(workdir=str(workdir))], ['bare'])
+  return api.Explorer([types.SimpleNamespace(workdir=str(workdir))], ['bare'])
 
 
 def raw_request(url, data: bytes, *, timeout=20) -> tuple[int, bytes]:
@@ -361,13 +362,13 @@ def test_examples_are_the_runs_eval_predictions(url, tiny_reverse_run):
 
 
 def test_labels_and_search_settings():
-  assert explore.run_labels(['runs/a/luong', 'runs/b/luong/', 'runs/c']) == [
+  assert api.run_labels(['runs/a/luong', 'runs/b/luong/', 'runs/c']) == [
     'runs/a/luong', 'runs/b/luong/', 'c']
-  assert explore.run_labels(['r/x', 'r/x']) == ['r/x (0)', 'r/x (1)']
+  assert api.run_labels(['r/x', 'r/x']) == ['r/x (0)', 'r/x (1)']
   cfg = config_lib.parse(reverse.get_config('smoke'))  # greedy, beam_size 5
-  assert explore.search_settings(cfg, 1) == {}  # as python -m attnlab.decode
-  assert explore.search_settings(cfg, 3) == {'search': 'beam', 'beam_size': 5}
-  assert explore.search_settings(cfg, 8) == {'search': 'beam', 'beam_size': 8}
+  assert api.search_settings(cfg, 1) == {}  # as python -m attnlab.decode
+  assert api.search_settings(cfg, 3) == {'search': 'beam', 'beam_size': 5}
+  assert api.search_settings(cfg, 8) == {'search': 'beam', 'beam_size': 8}
 
 
 def _explore(*args):

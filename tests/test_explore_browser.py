@@ -26,6 +26,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select, WebDriverWait
 from test_explore import random_run
 
+from attnlab.explore import api
 from attnlab.explore import server as explore
 from configs import reverse
 
@@ -147,7 +148,7 @@ def test_head_selector_nbest_rows_and_errors(serving, browser, tmp_path):
   example = {'index': 0, 'source': markup, 'reference': script, 'hypothesis': '',
              'correct': False}  # a source over the limit of 24 tokens
   (tmp_path / 'predictions_eval.jsonl').write_text(json.dumps(example) + '\n', encoding='utf-8')
-  browser.get(serving(explore.Explorer([run], ['four heads'])))
+  browser.get(serving(api.Explorer([run], ['four heads'])))
   wait_for(browser, 'ready')
 
   examples = Select(browser.find_element(By.ID, 'examples'))
