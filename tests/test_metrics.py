@@ -1,4 +1,5 @@
-"""metrics: hand-computed sums, error rates with several references, BLEU, buckets, attention."""
+"""metrics and bleu_scores: hand-computed sums, error rates with several references, BLEU,
+buckets, attention."""
 
 import math
 
@@ -7,7 +8,7 @@ import numpy as np
 import pytest
 import sacrebleu
 
-from attnlab import metrics
+from attnlab import bleu_scores, metrics
 from attnlab.train import start as train_start
 
 
@@ -117,29 +118,29 @@ def test_sequence_accuracy():
 
 def test_bleu_hand_values():
   # p1..p4 = 4/5, 3/4, 2/3, 1/2, equal lengths (BP = 1): BLEU = 100 * 0.2 ** (1/4).
-  out = metrics.bleu_chrf(['a b c d e'], ['a b c d f'])
+  out = bleu_scores.bleu_chrf(['a b c d e'], ['a b c d f'])
   assert out['bleu'] == pytest.approx(100 * 0.2**0.25, rel=1e-6)
   # All n-grams match, hypothesis half as long: BLEU = 100 * BP = 100 * exp(1 - 8/4).
-  out = metrics.bleu_chrf(['a b c d'], ['a b c d e f g h'])
+  out = bleu_scores.bleu_chrf(['a b c d'], ['a b c d e f g h'])
   assert out['bleu'] == pytest.approx(100 * math.exp(-1.0), rel=1e-6)
-  out = metrics.bleu_chrf(['abc def ghi jkl'], ['abc def ghi jkl'])
+  out = bleu_scores.bleu_chrf(['abc def ghi jkl'], ['abc def ghi jkl'])
   assert out == pytest.approx({'bleu': 100.0, 'chrf': 100.0})
-  assert metrics.bleu_chrf(['abc'], ['xyz'])['chrf'] == pytest.approx(0.0)
+  assert bleu_scores.bleu_chrf(['abc'], ['xyz'])['chrf'] == pytest.approx(0.0)
 
 
 def test_bleu_several_and_varying_references():
   hyps = ['a b c d e', 'f g h i j']
   # The matching reference of the first source is its second one; the second source has one.
-  out = metrics.bleu_chrf(hyps, [['v w x y z', 'a b c d e'], ['f g h i j']])
+  out = bleu_scores.bleu_chrf(hyps, [['v w x y z', 'a b c d e'], ['f g h i j']])
   assert out == pytest.approx({'bleu': 100.0, 'chrf': 100.0})
-  single = metrics.bleu_chrf(hyps, [['v w x y z'], ['f g h i j']])
+  single = bleu_scores.bleu_chrf(hyps, [['v w x y z'], ['f g h i j']])
   assert single['bleu'] < 100.0
 
 
 def test_bleu_statistics_sum_to_the_corpus_bleu_of_any_resample():
   # Hand-checked rows, then sacrebleu's own corpus BLEU of subsets and of a resample with
   # repeats (references of varying number per source) as the independent reference.
-  rows = metrics.bleu_statistics(['a b c d e', 'a b'], [['a b c d f'], ['x a b', 'a b']])
+  rows = bleu_scores.bleu_statistics(['a b c d e', 'a b'], [['a b c d f'], ['x a b', 'a b']])
   # sentence 1: lengths 5/5, matches 4,3,2,1 of 5,4,3,2; sentence 2: the closest reference is
   # 'a b' (length 2), matches 2,1,0,0 of 2,1,0,0.
   assert rows.tolist() == [[5, 5, 4, 3, 2, 1, 5, 4, 3, 2], [2, 2, 2, 1, 0, 0, 2, 1, 0, 0]]
@@ -148,10 +149,10 @@ def test_bleu_statistics_sum_to_the_corpus_bleu_of_any_resample():
   sentence = lambda: ' '.join(rng.choice(words, rng.integers(1, 12)))
   hyps = [sentence() for _ in range(60)]
   refs = [[sentence() for _ in range(rng.integers(1, 3))] for _ in range(60)]
-  stats = metrics.bleu_statistics(hyps, refs)
+  stats = bleu_scores.bleu_statistics(hyps, refs)
   for picked in (np.arange(60), np.arange(0, 60, 7), rng.integers(0, 60, 60)):
-    ours = metrics.bleu_from_statistics(stats[picked].sum(0))
-    theirs = metrics.bleu_chrf([hyps[i] for i in picked], [refs[i] for i in picked])['bleu']
+    ours = bleu_scores.bleu_from_statistics(stats[picked].sum(0))
+    theirs = bleu_scores.bleu_chrf([hyps[i] for i in picked], [refs[i] for i in picked])['bleu']
     assert ours == pytest.approx(theirs, abs=1e-9)
 
 
@@ -170,14 +171,14 @@ def test_bleu_statistics_give_sacrebleus_brevity_penalty_to_short_and_long_syste
     theirs = sacrebleu.corpus_bleu(hyps, [references])
     assert (theirs.sys_len < theirs.ref_len) == shorter
     assert theirs.bp < 0.95 if shorter else theirs.bp == 1.0
-    sums = metrics.bleu_statistics(hyps, references).sum(0)
+    sums = bleu_scores.bleu_statistics(hyps, references).sum(0)
     assert sums[:2].tolist() == [theirs.sys_len, theirs.ref_len]
-    assert metrics.bleu_from_statistics(sums) == pytest.approx(theirs.score, abs=1e-9)
+    assert bleu_scores.bleu_from_statistics(sums) == pytest.approx(theirs.score, abs=1e-9)
     # The long system has no penalty: its score is the geometric mean of the precisions.
     if not shorter:
       precisions = [m / n for m, n in zip(sums[2:6], sums[6:], strict=True)]
       expected = 100 * math.exp(sum(math.log(p) for p in precisions) / 4)
-      assert metrics.bleu_from_statistics(sums) == pytest.approx(expected, rel=1e-9)
+      assert bleu_scores.bleu_from_statistics(sums) == pytest.approx(expected, rel=1e-9)
 
 
 def test_by_length_bucket():

@@ -8,7 +8,7 @@ import sys
 import pytest
 import sacrebleu
 
-from attnlab import errors, metrics
+from attnlab import bleu_scores, errors
 from attnlab.config import run as config_lib
 from attnlab.data import load_task, parallel_text, translation
 from attnlab.data.sentencepiece_vocab import (
@@ -215,7 +215,7 @@ def test_bleu_by_length_gives_each_buckets_brevity_penalty_length_ratio_and_chrf
   tokens: bucket 0-9 has c = 2 + 3 = 5 against r = 4 + 4 = 8, bucket 10-19 c = 5, r = 4."""
   hyps = ['the cat', 'a b c', 'one two three four five']
   refs = ['the cat sat on', 'a b c d', 'one two three four']
-  buckets = metrics.bleu_by_length(hyps, refs, [4, 9, 12], metrics.BLEU_LENGTH_EDGES)
+  buckets = bleu_scores.bleu_by_length(hyps, refs, [4, 9, 12], bleu_scores.BLEU_LENGTH_EDGES)
   short, long_ = buckets[0], buckets[1]
   assert short['length_ratio'] == pytest.approx(5 / 8)
   assert short['brevity_penalty'] == pytest.approx(math.exp(1 - 8 / 5))
@@ -223,8 +223,8 @@ def test_bleu_by_length_gives_each_buckets_brevity_penalty_length_ratio_and_chrf
   assert long_['brevity_penalty'] == 1.0
   assert short['chrf'] == pytest.approx(sacrebleu.corpus_chrf(hyps[:2], [refs[:2]]).score)
   # Several references per source (G2P-style lists): r is the closest reference length.
-  multi = metrics.bleu_by_length(['the cat'], [['the cat sat on', 'the cat sat']], [3],
-                                 metrics.BLEU_LENGTH_EDGES)[0]
+  multi = bleu_scores.bleu_by_length(['the cat'], [['the cat sat on', 'the cat sat']], [3],
+                                 bleu_scores.BLEU_LENGTH_EDGES)[0]
   assert multi['length_ratio'] == pytest.approx(2 / 3)
   assert multi['brevity_penalty'] == pytest.approx(math.exp(1 - 3 / 2))
 
@@ -243,7 +243,7 @@ def test_bleu_by_length_scores_each_word_bucket_as_its_own_corpus():
   hyps = ['the cat sat', 'a dog barks here', 'the house is big now', 'x']
   refs = ['the cat sat', 'the dog barks here', 'the house is small now', 'y']
   words = [3, 12, 55, 19]
-  buckets = metrics.bleu_by_length(hyps, refs, words, metrics.BLEU_LENGTH_EDGES)
+  buckets = bleu_scores.bleu_by_length(hyps, refs, words, bleu_scores.BLEU_LENGTH_EDGES)
   assert [b['bucket'] for b in buckets] == ['0-9', '10-19', '20-29', '30-39', '40-49', '50+']
   assert [b['count'] for b in buckets] == [1, 2, 0, 0, 0, 1]
   assert buckets[1]['bleu'] == pytest.approx(
@@ -254,6 +254,6 @@ def test_bleu_by_length_scores_each_word_bucket_as_its_own_corpus():
   assert buckets[2] == {'bucket': '20-29', 'count': 0, 'bleu': None, 'chrf': None,
                         'brevity_penalty': None, 'length_ratio': None}
   with pytest.raises(ValueError, match='3 lengths for 4 hypotheses'):
-    metrics.bleu_by_length(hyps, refs, words[:3], metrics.BLEU_LENGTH_EDGES)
+    bleu_scores.bleu_by_length(hyps, refs, words[:3], bleu_scores.BLEU_LENGTH_EDGES)
   with pytest.raises(ValueError, match='length -1 is outside'):
-    metrics.bleu_by_length(hyps, refs, [-1, 1, 2, 3], metrics.BLEU_LENGTH_EDGES)
+    bleu_scores.bleu_by_length(hyps, refs, [-1, 1, 2, 3], bleu_scores.BLEU_LENGTH_EDGES)

@@ -9,7 +9,7 @@ import types
 
 import jax
 
-from attnlab import metrics
+from attnlab import bleu_scores
 from attnlab.reporting import sweep_report
 from attnlab.rundir import layout
 from attnlab.runtime import provenance
@@ -76,9 +76,9 @@ def test_the_sweep_report_lists_each_provenance_with_its_trials():
 
 
 def test_translation_metrics_carry_sacrebleus_signature():
-  out = metrics.bleu_chrf(['a b c d e'], ['a b c d f'], signature=True)
+  out = bleu_scores.bleu_chrf(['a b c d e'], ['a b c d f'], signature=True)
   version = importlib.metadata.version('sacrebleu')
   assert out['sacrebleu'] == (
       f'BLEU nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:{version}; '
       f'chrF nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:{version}')
-  assert set(metrics.bleu_chrf(['a'], ['a'])) == {'bleu', 'chrf'}
+  assert set(bleu_scores.bleu_chrf(['a'], ['a'])) == {'bleu', 'chrf'}

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import sacrebleu
 
-from attnlab import metrics
+from attnlab import bleu_scores
 from attnlab.reporting import length_tables, sweep_results
 from attnlab.reporting import stats as report_stats
 from attnlab.reporting import sweep_report as report
@@ -64,12 +64,12 @@ def test_the_bleu_bootstrap_resamples_sentences_of_both_systems_together():
 
   a = [noise(r, -1) for r in refs]
   b = [r if i % 3 == 0 else noise(r, +1) for i, r in enumerate(refs)]
-  sa, sb = metrics.bleu_statistics(a, refs), metrics.bleu_statistics(b, refs)
+  sa, sb = bleu_scores.bleu_statistics(a, refs), bleu_scores.bleu_statistics(b, refs)
   sacre = lambda hyps: sacrebleu.corpus_bleu(hyps, [refs])
   assert sacre(a).sys_len < sacre(a).ref_len and sacre(a).bp < 0.9
   assert sacre(b).sys_len > sacre(b).ref_len and sacre(b).bp == 1.0
   out = report_stats.paired_bootstrap_bleu(sa, sb, samples=500)
-  expected = metrics.bleu_chrf(b, refs)['bleu'] - metrics.bleu_chrf(a, refs)['bleu']
+  expected = bleu_scores.bleu_chrf(b, refs)['bleu'] - bleu_scores.bleu_chrf(a, refs)['bleu']
   assert out['delta'] == pytest.approx(expected, abs=1e-9) and expected > 5
   assert out['ci_low'] < out['delta'] < out['ci_high'] and out['ci_low'] > 0
   assert out['p_value'] < 0.01 and out['n'] == 300
@@ -91,7 +91,7 @@ def test_translation_variants_are_ranked_and_tested_by_bleu():
   assert report_stats.primary_metric([best, other], 'auto') == 'bleu'
   assert report_stats.rank([other, best], 'bleu') is best  # higher BLEU is better
   [(label, test)] = report_stats.significance([best, other], best, 'bleu').items()
-  pooled = lambda out: metrics.bleu_chrf(
+  pooled = lambda out: bleu_scores.bleu_chrf(
     [h for _, (h, _) in sorted(out.items())] * 2, [r for _, (_, r) in sorted(out.items())] * 2
   )['bleu']
   assert label == 'poor' and test['n'] == 4  # two sentences of each of the two seeds

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from attnlab import metrics
+from attnlab import bleu_scores
 from attnlab.data.sentencepiece_vocab import SentencePieceVocab, evenly_spaced, train_sentencepiece
 from attnlab.data.tasks import Task
 from attnlab.data.vocab import TOKENIZERS, Vocab
@@ -43,8 +43,10 @@ def translation_metrics(task: Task, split: str, rows: list[dict]) -> dict:
   hyps = [task.target_vocab.decode(r['hypothesis']) for r in rows]
   refs = [source[r['index']]['target'] for r in rows]
   words = [len(source[r['index']]['source'].split()) for r in rows]
-  out = metrics.bleu_chrf(hyps, refs, signature=True)
-  out['bleu_by_length'] = metrics.bleu_by_length(hyps, refs, words, metrics.BLEU_LENGTH_EDGES)
+  out = bleu_scores.bleu_chrf(hyps, refs, signature=True)
+  out['bleu_by_length'] = bleu_scores.bleu_by_length(
+    hyps, refs, words, bleu_scores.BLEU_LENGTH_EDGES
+  )
   return out
 
 

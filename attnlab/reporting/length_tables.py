@@ -1,6 +1,6 @@
 """The sweep report's tables by source length (Bahdanau et al. 2015, Fig. 2): the by-length
 plot's numbers, mean ± std over seeds, and for translation the parts that shape its BLEU curve
-(each bucket's brevity penalty and chrF, metrics.bleu_by_length)."""
+(each bucket's brevity penalty and chrF, bleu_scores.bleu_by_length)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def by_length_table(variants: list[Variant]) -> list[str]:
   return lines
 
 
-# The parts of the BLEU-by-length table beside it (metrics.bleu_by_length), with their digits.
+# The parts of the BLEU-by-length table beside it (bleu_scores.bleu_by_length), with their digits.
 BLEU_PARTS = (
   ('brevity_penalty', "BLEU's brevity penalty in each bucket (1 = output not shorter than the "
    'references; below, exp(1 - reference length / output length) multiplies the BLEU above):',

@@ -71,7 +71,7 @@ def length_series(
   variants: Sequence, score: str = 'bleu'
 ) -> tuple[bool, dict[str, dict[str, list[float]]]]:
   """(is BLEU, variant label -> source-length bucket -> one test value per finished seed):
-  `score` (one of metrics.BUCKET_SCORES) per bucket in words where the trials report BLEU by
+  `score` (one of bleu_scores.BUCKET_SCORES) per bucket in words where the trials report BLEU by
   length (translation: Bahdanau et al. 2015, Fig. 2), else sequence accuracy per bucket in
   tokens. Empty buckets are left out."""
   bleu = any(r.test.get('bleu_by_length') for v in variants for r in v.finished)

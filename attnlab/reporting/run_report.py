@@ -88,7 +88,7 @@ def length_table(metrics: dict) -> list[str]:
   tokens. Exact match says nothing about translations of whole verses, so BLEU replaces it."""
   if metrics.get('bleu_by_length'):
     buckets = [b for b in metrics['bleu_by_length'] if b.get('count')]
-    # chrF and the brevity penalty where the evaluation gave them (metrics.bleu_by_length)
+    # chrF and the brevity penalty where the evaluation gave them (bleu_scores.bleu_by_length)
     scores = [k for k in ('bleu', 'brevity_penalty', 'chrf') if buckets and k in buckets[0]]
     digits = {'bleu': 2, 'brevity_penalty': 3, 'chrf': 2}
     rows = [[b['bucket'], f'{b["count"]:,}', *(f'{b[k]:.{digits[k]}f}' for k in scores)]

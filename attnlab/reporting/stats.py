@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnlab import metrics
+from attnlab import bleu_scores, metrics
 from attnlab.sweeps.trials import SEED_KEY
 
 BOOTSTRAP_SAMPLES = 2000
@@ -38,12 +38,14 @@ def paired_bootstrap(a, b, *, samples: int = BOOTSTRAP_SAMPLES, seed: int = 0) -
 
 def paired_bootstrap_bleu(a, b, *, samples: int = BOOTSTRAP_SAMPLES, seed: int = 0) -> dict:
   """Paired bootstrap of corpus BLEU(b) - BLEU(a): `a`, `b` are N x BLEU_STATISTICS rows of
-  `metrics.bleu_statistics` for the same N sentences; both systems get the same resamples.
+  `bleu_scores.bleu_statistics` for the same N sentences; both systems get the same resamples.
   Returns what `paired_bootstrap` does, in BLEU points."""
   a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
-  if a.shape != b.shape or a.ndim != 2 or not a.shape[0] or a.shape[1] != metrics.BLEU_STATISTICS:
+  if (
+    a.shape != b.shape or a.ndim != 2 or not a.shape[0] or a.shape[1] != bleu_scores.BLEU_STATISTICS
+  ):
     raise ValueError(
-      f'paired_bootstrap_bleu: need two equal N x {metrics.BLEU_STATISTICS} arrays, got '
+      f'paired_bootstrap_bleu: need two equal N x {bleu_scores.BLEU_STATISTICS} arrays, got '
       f'{a.shape} and {b.shape}'
     )
   n = a.shape[0]
@@ -51,11 +53,11 @@ def paired_bootstrap_bleu(a, b, *, samples: int = BOOTSTRAP_SAMPLES, seed: int =
   draws = rng.multinomial(n, np.full(n, 1.0 / n), size=samples)  # times each sentence is drawn
   deltas = np.array(
     [
-      metrics.bleu_from_statistics(y) - metrics.bleu_from_statistics(x)
+      bleu_scores.bleu_from_statistics(y) - bleu_scores.bleu_from_statistics(x)
       for x, y in zip(draws @ a, draws @ b, strict=True)
     ]
   )
-  delta = metrics.bleu_from_statistics(b.sum(0)) - metrics.bleu_from_statistics(a.sum(0))
+  delta = bleu_scores.bleu_from_statistics(b.sum(0)) - bleu_scores.bleu_from_statistics(a.sum(0))
   return _summary(delta, deltas, n)
 
 
@@ -101,7 +103,7 @@ def paired_correctness(best, other) -> tuple[list[bool], list[bool]]:
 
 
 def paired_bleu_statistics(best, other) -> tuple[list, list]:
-  """`metrics.bleu_statistics` rows of both variants on the test sentences they share."""
+  """`bleu_scores.bleu_statistics` rows of both variants on the test sentences they share."""
   return _paired(best, other, 'bleu_statistics')
 
 

@@ -13,7 +13,7 @@ import statistics
 
 import numpy as np
 
-from attnlab import metrics
+from attnlab import bleu_scores
 from attnlab.metrics import is_number
 from attnlab.reporting import convergence
 from attnlab.rundir import layout
@@ -47,12 +47,12 @@ class TrialResult:
 
   @functools.cached_property
   def bleu_statistics(self) -> dict[int, np.ndarray] | None:
-    """Test example index -> its `metrics.bleu_statistics` row (the BLEU bootstrap's input)."""
+    """Test example index -> its `bleu_scores.bleu_statistics` row (the BLEU bootstrap's input)."""
     if not self.outputs:
       return None
     indices = sorted(self.outputs)
     hyps = [self.outputs[i][0] for i in indices]
-    rows = metrics.bleu_statistics(hyps, [self.outputs[i][1] for i in indices])
+    rows = bleu_scores.bleu_statistics(hyps, [self.outputs[i][1] for i in indices])
     return dict(zip(indices, rows, strict=True))
 
   @property
@@ -190,20 +190,20 @@ def read_trial(workdir: str, trial: Trial) -> TrialResult:
 
 
 def _score_buckets_again(test: dict, rows: list[dict]) -> None:
-  """Trials evaluated before `metrics.bleu_by_length` gave each bucket its chrF and brevity
+  """Trials evaluated before `bleu_scores.bleu_by_length` gave each bucket its chrF and brevity
   penalty: their BLEU by length again, with those, from the test predictions' texts (the same
   sentences and word counts the evaluation bucketed, so BLEU comes out the same)."""
   buckets = test.get('bleu_by_length')
-  if not buckets or all(key in buckets[0] for key in metrics.BUCKET_SCORES):
+  if not buckets or all(key in buckets[0] for key in bleu_scores.BUCKET_SCORES):
     return
   if not rows or not all(isinstance(r.get('source'), str) and isinstance(r.get('hypothesis'), str)
                          for r in rows):
     return
-  test['bleu_by_length'] = metrics.bleu_by_length(
+  test['bleu_by_length'] = bleu_scores.bleu_by_length(
     [r['hypothesis'] for r in rows],
     [r.get('references') or r['reference'] for r in rows],
     [len(r['source'].split()) for r in rows],
-    metrics.BLEU_LENGTH_EDGES,
+    bleu_scores.BLEU_LENGTH_EDGES,
   )
 
 
