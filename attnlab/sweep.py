@@ -51,7 +51,7 @@ from absl import app, flags
 from attnlab import cli, data
 from attnlab.reporting import sweep_report as report_lib
 from attnlab.sweeps import archive as archive_lib
-from attnlab.sweeps import claims, folders, slurm, trial_dirs
+from attnlab.sweeps import claims, folders, progress, slurm, trial_dirs
 from attnlab.sweeps import runner as sweep_runner
 from attnlab.sweeps import shared as shared_lib
 from attnlab.sweeps import trials as trials_lib
@@ -138,7 +138,7 @@ def describe(experiment, selected, workdir, dirs, states, configs, errors, out=N
       _print(f'  {i:>3}  {"INVALID":<11} {"":>13}  {trial.name}: {errors[trial.name]}', out)
       continue
     config, directory = configs[trial.name], dirs[trial.name]
-    step = f'{sweep_runner.last_train_step(directory)}/{config.train.num_steps}'
+    step = f'{progress.last_train_step(directory)}/{config.train.num_steps}'
     metric = selection.resolve_metric(config.train.select_metric, config.task.name)
     result = ' '.join(filter(None, (trial_dirs.tested_line(directory, metric),
                                     (notes or {}).get(trial.name))))

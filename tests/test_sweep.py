@@ -19,6 +19,7 @@ from attnlab.config.fields import ConfigError
 from attnlab.rundir import layout
 from attnlab.sweeps import runner as sweep_runner
 from attnlab.sweeps import trial_dirs, trials
+from attnlab.sweeps.progress import last_train_step
 from attnlab.sweeps.trials import SweepError, Trial
 
 SMOKE = 'configs/reverse.py:smoke'
@@ -140,7 +141,7 @@ def test_interrupted_trials_resume(tmp_path, fake_python, monkeypatch):
   monkeypatch.setenv('FAKE_HANG', '1')
 
   def ctrl_c_once_logged(seconds):  # the user presses Ctrl-C after step 2 was logged
-    if sweep_runner.last_train_step(directory) >= 2:
+    if last_train_step(directory) >= 2:
       raise KeyboardInterrupt
     time.sleep(seconds)
 

@@ -36,7 +36,7 @@ FILE_NAME = 'report.html'
 HINT = 'Click a column header to sort; hover an attention cell for its tokens and weight.'
 
 _NUMBER = re.compile(r'[<>≤≥]?\s*([+\-−]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][+\-]?\d+)?)')
-_DURATION = re.compile(r'(?:(\d+)h)?(\d+)m(\d+)s')  # attnlab.sweeps.runner.duration
+_DURATION = re.compile(r'(?:(\d+)h)?(\d+)m(\d+)s')  # attnlab.sweeps.progress.duration
 _IMAGE = re.compile(r'!\[(.*)\]\(([^()\s]+)\)')
 _RULE = re.compile(r'\|(\s*:?-+:?\s*\|)+')
 _INLINE = re.compile(r'`([^`]+)`|\[([^\]]+)\]\(([^()\s]+)\)')

@@ -35,7 +35,7 @@ from attnlab.reporting import stats as report_stats
 from attnlab.rundir import layout
 from attnlab.rundir.layout import RUN_TIMES
 from attnlab.runtime import provenance
-from attnlab.sweeps.runner import duration
+from attnlab.sweeps.progress import duration
 from attnlab.sweeps.trials import Trial
 
 MAX_HEATMAPS = 3

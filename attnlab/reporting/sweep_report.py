@@ -50,7 +50,7 @@ from attnlab.reporting.sweep_results import (
   mean_std,
 )
 from attnlab.runtime import provenance
-from attnlab.sweeps import runner as sweep_runner
+from attnlab.sweeps import progress
 from attnlab.sweeps import trials as trials_lib
 from attnlab.sweeps.shared import COPIED_FROM
 
@@ -94,13 +94,13 @@ def group_table(variants: list[Variant], metric: str, best, tests) -> list[str]:
     )
     rates = [r.tokens_per_sec for r in v.finished if r.tokens_per_sec is not None]
     walls, cpus = v.wall_times(), v.cpu_times()
-    cpu = sweep_runner.duration(float(np.mean(cpus))) if cpus else '–'
+    cpu = progress.duration(float(np.mean(cpus))) if cpus else '–'
     if cpus and len(cpus) < len(v.finished):  # trials run before CPU time was recorded
       cpu += f' ({len(cpus)} of {len(v.finished)})'
     cells += [
       '/'.join(f'{p:,}' for p in params) or '–',
       f'{np.mean(rates):,.0f}' if rates else '–',
-      sweep_runner.duration(float(np.mean(walls))) if walls else '–',
+      progress.duration(float(np.mean(walls))) if walls else '–',
       cpu,
     ]
     if not v.finished:
@@ -152,10 +152,10 @@ def compute_line(variants: list[Variant]) -> str:
   cpus = [c for v in variants for c in v.cpu_times()]
   line = f'Compute: {finished} finished trial(s)'
   if walls:
-    line += f', {sweep_runner.duration(sum(walls))} of trial wall time'
+    line += f', {progress.duration(sum(walls))} of trial wall time'
   if cpus:
-    line += f', {sweep_runner.duration(sum(cpus))} of CPU time'
-    line += f' ({sweep_runner.duration(float(np.mean(cpus)))} per trial'
+    line += f', {progress.duration(sum(cpus))} of CPU time'
+    line += f' ({progress.duration(float(np.mean(cpus)))} per trial'
     line += f'; {len(cpus)} of them recorded it)' if len(cpus) < finished else ')'
   copied = sorted({r.status[COPIED_FROM].split('/')[0] for v in variants for r in v.finished
                    if r.status.get(COPIED_FROM)})

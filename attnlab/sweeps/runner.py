@@ -1,4 +1,5 @@
-"""Runs the trials of a sweep as local subprocesses, with a progress display (SLURM: slurm.py).
+"""Runs the trials of a sweep as local subprocesses, with a progress display (progress.py; SLURM:
+slurm.py).
 
 Per trial directory DIR/NAME the runner keeps, next to what `attnlab.main` writes:
   sweep_status.json  {'status': running | finished | failed | interrupted, 'attempts', 'wall_s'
@@ -27,11 +28,11 @@ from attnlab.rundir import layout, run_times
 from attnlab.sweeps import archive as archive_lib
 from attnlab.sweeps import claims, slots
 from attnlab.sweeps import shared as shared_lib
+from attnlab.sweeps.progress import Progress, duration
 from attnlab.sweeps.trial_dirs import (
   FINAL_FILE,
   LOG_FILE,
   identity,
-  metric_events,
   read_status,
   resume_args,
   running_elsewhere,
@@ -44,7 +45,6 @@ from attnlab.sweeps.trials import PROJECT_ROOT, SweepError, Trial
 
 _TAIL_LINES = 30
 WAIT_RETRY_S = 15.0  # between tries of a trial whose config another experiment is training
-DISK_READ_EVERY_S = 5.0  # at most, between reads of the other processes' trials for progress
 _ERROR_LINE = re.compile(r'^(\w+\.)*\w*(Error|Exception|Exit|Interrupt)\b|^FATAL|^Killed')
 
 
@@ -63,12 +63,6 @@ def _tail(path: str, offset: int) -> list[str]:
     return f.read().splitlines()[-_TAIL_LINES:]
 
 
-def last_train_step(directory: str) -> int:
-  """The latest step in metrics.jsonl (0 when the run has not logged yet)."""
-  steps = (event.get('step', 0) for event in metric_events(directory))
-  return max((int(step) for step in steps if isinstance(step, int | float)), default=0)
-
-
 def _resume_note(directory: str, killed: dict | None) -> str:
   """' (resuming from checkpoint step 12000; the last attempt was killed at step 12700 after
   41m02s)', or '' for a trial without a checkpoint."""
@@ -78,13 +72,6 @@ def _resume_note(directory: str, killed: dict | None) -> str:
     parts.append(f'the last attempt was killed at step {killed["last_step"]} after '
                  f'{duration(killed["wall_s"])}')
   return f' ({"; ".join(parts)})' if parts else ''
-
-
-def duration(seconds: float) -> str:
-  seconds = int(round(max(seconds, 0.0)))
-  hours, rest = divmod(seconds, 3600)
-  minutes, secs = divmod(rest, 60)
-  return f'{hours}h{minutes:02d}m{secs:02d}s' if hours else f'{minutes}m{secs:02d}s'
 
 
 def subprocess_env() -> dict:
@@ -140,13 +127,7 @@ class LocalRunner:
     self.retry_every = WAIT_RETRY_S if retry_every is None else retry_every
     self._running: dict[str, tuple[Trial, subprocess.Popen, float, int, claims.Claim]] = {}
     self._waiting: dict[str, float] = {}  # trial name -> when to try it again
-    self._counts = {'finished': 0, 'failed': 0}
-    self._settled: set[str] = set()  # trials counted in _counts: ended or resolved here
-    # Trials left to another process (or to a trial process that outlived its sweep); the
-    # others this process has not reached yet are read from disk too (`_all_counts`).
-    self._elsewhere: set[str] = set()
-    self._trials: Sequence[Trial] = ()
-    self._on_disk: tuple[float, dict[str, int]] | None = None  # (when, counts) of that read
+    self._progress = Progress(workdir, total_steps, progress_every)
     self._slots = slots.plan(parallel)  # the devices of each trial running at once
     self._free_slots = list(range(parallel))
     self._slot_of: dict[str, int] = {}
@@ -168,18 +149,16 @@ class LocalRunner:
     status.setdefault('wall_s', 0.0)
     status.setdefault('attempts', 0)
     write_status(directory, status)
-    self._settle(trial.name, 'failed')
+    self._progress.settle(trial.name, 'failed')
     self._print(f'[FAILED] {trial.name}: invalid config: {error}')
 
   def run(self, trials: Sequence[Trial]) -> dict[str, str]:
     """Runs `trials` (none of them finished); returns name -> final state, 'running' for a
     trial another process runs (that process finishes it)."""
     queue, states = list(trials), {}
-    self._trials, self._total = trials, len(trials)
-    self._start = time.monotonic()
-    self._done_steps_at_start = sum(self._steps_done(t) for t in trials)
+    self._progress.start(trials)
     last_progress = time.monotonic()
-    done_before = self._ended()  # a progress line whenever it changes
+    done_before = self._progress.ended(self._running)  # a progress line whenever it changes
     if queue and any(slot.env for slot in self._slots):
       self._print('devices: ' + '; '.join(f'slot {slot.index}: {slot.devices}'
                                           for slot in self._slots))
@@ -193,10 +172,10 @@ class LocalRunner:
         ended = [name for name, (_, p, *_) in self._running.items() if p.poll() is not None]
         for name in ended:
           states[name] = self._finish(name)
-        done_here = self._ended()
+        done_here = self._progress.ended(self._running)
         if done_here != done_before or time.monotonic() - last_progress >= self.progress_every:
           done_before = done_here
-          self._print(self.progress_line(trials))
+          self._print(self._progress.line(self._running))
           last_progress = time.monotonic()
         if self._running or queue:  # a queue left: trials waiting for another experiment
           self._sleep(self.poll)
@@ -219,7 +198,7 @@ class LocalRunner:
       if pid:
         queue.remove(trial)
         states[trial.name] = 'running'
-        self._elsewhere.add(trial.name)
+        self._progress.leave_elsewhere(trial.name)
         self._print(f'[skip] {trial.name}: still running as process {pid}; not started twice')
         continue
       claim = claims.try_claim(claims.claim_path(self.workdir, self.claim_key(trial)), directory)
@@ -227,7 +206,7 @@ class LocalRunner:
         if claim.get('trial_dir') == os.path.abspath(directory):
           queue.remove(trial)
           states[trial.name] = 'running'
-          self._elsewhere.add(trial.name)
+          self._progress.leave_elsewhere(trial.name)
           self._print(f'[skip] {trial.name}: sweep process {claim.get("pid")} runs it')
           continue
         if trial.name not in self._waiting:
@@ -241,14 +220,14 @@ class LocalRunner:
       if trial_state(directory) == 'finished':
         claim.release()
         states[trial.name] = 'finished'
-        self._settle(trial.name, 'finished')
+        self._progress.settle(trial.name, 'finished')
         self._print(f'[skip] {trial.name}: finished by another sweep process')
         continue
       origin = self.copy_shared(trial) if self.copy_shared else None
       if origin:
         claim.release()
         states[trial.name] = 'finished'
-        self._settle(trial.name, 'finished')
+        self._progress.settle(trial.name, 'finished')
         self._print(shared_lib.copied_line(trial.name, origin))
         continue
       return trial, claim
@@ -311,7 +290,7 @@ class LocalRunner:
     status['returncode'] = process.returncode
     if process.returncode == 0 and os.path.isfile(os.path.join(directory, FINAL_FILE)):
       status.update(status='finished', error=None, error_tail=[])
-      self._settle(name, 'finished')
+      self._progress.settle(name, 'finished')
       took = duration(elapsed)
       if status.get('attempts', 1) > 1:  # a resumed trial: its whole wall time beside this one
         took += f" ({duration(status['wall_s'])} over {status['attempts']} attempts)"
@@ -320,7 +299,7 @@ class LocalRunner:
     else:
       tail = _tail(os.path.join(directory, LOG_FILE), offset)
       status.update(status='failed', error=error_summary(tail), error_tail=tail)
-      self._settle(name, 'failed')
+      self._progress.settle(name, 'failed')
       self._print(
         f'[FAILED] {trial.name} (exit {process.returncode}): {status["error"]} '
         f'-- log: {os.path.join(directory, LOG_FILE)}'
@@ -354,67 +333,3 @@ class LocalRunner:
       claim.release()
       self._print(f'[interrupted] {name}; rerun the sweep to resume it')
     self._running.clear()
-
-  def _steps_done(self, trial: Trial) -> int:
-    directory = trial_dir(self.workdir, trial)
-    if os.path.isfile(os.path.join(directory, FINAL_FILE)):
-      return self.total_steps.get(trial.name, 0)
-    return min(last_train_step(directory), self.total_steps.get(trial.name, 0))
-
-  def progress_line(self, trials: Sequence[Trial]) -> str:
-    """`sweep 3/8 done, 1 failed, 2 running | steps 4500/12000 (37.5%) | 5m02s | at most 8m20s
-    left`: a finished trial counts its whole step cap, the others are assumed to run to theirs,
-    so trials that stop early only make the sweep end sooner. The counts include the trials
-    another sweep process runs (`2 running (1 in another process)`)."""
-    total = sum(self.total_steps.get(t.name, 0) for t in trials)
-    done = sum(self._steps_done(t) for t in trials)
-    elapsed = time.monotonic() - self._start
-    rate = (done - self._done_steps_at_start) / elapsed if elapsed > 0 else 0.0
-    eta = duration((total - done) / rate) if rate > 0 else '?'  # at the rate since the start
-    counts = self._all_counts()
-    running = f"{counts['running']} running"
-    if counts['running'] > len(self._running):
-      running += f" ({counts['running'] - len(self._running)} in another process)"
-    percent = 100.0 * done / total if total else 100.0
-    return (
-      f"sweep {counts['finished']}/{self._total} done, {counts['failed']} failed, {running}"
-      f' | steps {done}/{total} ({percent:.1f}%) | {duration(elapsed)} | at most {eta} left'
-    )
-
-  def _settle(self, name: str, state: str) -> None:
-    self._settled.add(name)
-    self._counts[state] += 1
-    self._on_disk = None  # it may have been counted there
-
-  def _all_counts(self) -> dict[str, int]:
-    """finished / failed / running over the trials of this sweep, wherever they run: this
-    process's own, and the others as they stand on disk (`_others_on_disk`)."""
-    others = self._others_on_disk()
-    return {state: n + others[state]
-            for state, n in {**self._counts, 'running': len(self._running)}.items()}
-
-  def _others_on_disk(self) -> dict[str, int]:
-    """The trials this process neither ran nor resolved, read from their status files at most
-    every few seconds (the runner polls twice a second; a sweep may hold hundreds of trials).
-    A trial still queued here counts as running when a live process runs it (another worker
-    took it first) and as finished once one has finished it; a failure on disk counts only
-    for a trial left to another process (a queued one is tried again here)."""
-    now = time.monotonic()
-    if self._on_disk and now - self._on_disk[0] < min(self.progress_every, DISK_READ_EVERY_S):
-      return self._on_disk[1]
-    counts = {'finished': 0, 'failed': 0, 'running': 0}
-    for trial in self._trials:
-      if trial.name in self._settled or trial.name in self._running:
-        continue
-      directory = trial_dir(self.workdir, trial)
-      state = trial_state(directory)
-      if state == 'finished' or (state == 'failed' and trial.name in self._elsewhere):
-        counts[state] += 1
-      elif state == 'running' and (trial.name in self._elsewhere or running_elsewhere(directory)):
-        counts['running'] += 1
-    self._on_disk = (now, counts)
-    return counts
-
-  def _ended(self) -> int:
-    counts = self._all_counts()
-    return counts['finished'] + counts['failed']
