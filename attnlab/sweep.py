@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 import signal
 import sys
 
@@ -51,12 +50,11 @@ from absl import app, flags
 from attnlab import cli, data
 from attnlab.reporting import sweep_report as report_lib
 from attnlab.sweeps import archive as archive_lib
-from attnlab.sweeps import claims, folders, progress, slurm, trial_dirs
+from attnlab.sweeps import claims, folders, listing, slurm, trial_dirs
 from attnlab.sweeps import runner as sweep_runner
 from attnlab.sweeps import shared as shared_lib
 from attnlab.sweeps import trials as trials_lib
 from attnlab.sweeps.trials import SweepError
-from attnlab.train import selection
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Sweep directory: one subdirectory per trial.')
 _PARALLEL = flags.DEFINE_integer(
@@ -92,59 +90,6 @@ _PROGRESS_EVERY = flags.DEFINE_float(
 
 def _print(line: str = '', out=None) -> None:
   print(line, file=out or sys.stdout, flush=True)
-
-
-def what_the_archives_hold(trials, configs, errors, states, dirs, archive, *, share: bool):
-  """For a dry run: (trial name -> the directory to read it from, name -> a note). A trial
-  not finished here that the sweep would restore from `archive` reads as 'archived' there; one
-  it would copy from another experiment's archive (same config, shared.py) as 'shared', with
-  where from. Updates `states`; writes nothing."""
-  shown, notes = dict(dirs), {}
-  donors = shared_lib.donors(archive) if share else {}
-  root = os.path.dirname(os.path.abspath(archive))
-  for trial in trials:
-    if states[trial.name] == 'finished' or trial.name in errors:
-      continue
-    kept = os.path.join(archive, trial.name)
-    donor = donors.get(shared_lib.config_key(configs[trial.name].to_dict()))
-    if trial_dirs.trial_state(kept) == 'finished':
-      states[trial.name], shown[trial.name] = 'archived', kept
-    elif donor:
-      states[trial.name], shown[trial.name] = 'shared', donor
-      notes[trial.name] = f'(as {os.path.relpath(os.path.abspath(donor), root)})'
-  return shown, notes
-
-
-def describe(experiment, selected, workdir, dirs, states, configs, errors, out=None,
-             notes=None) -> None:
-  """The dry-run listing, also a sweep's status while it runs: one line per trial with its
-  state, the step it trained to of its cap, and its test result or its best eval so far, read
-  from `dirs` (trial name -> its directory, or its archived copy), and `notes` (name -> text)."""
-  fixed = ', '.join(f'{k}={trials_lib.format_value(v)}' for k, v in experiment.fixed.items())
-  _print(
-    f'{experiment.path}: {len(selected)} trials from {experiment.base}'
-    + (f' with {fixed}' if fixed else ''),
-    out,
-  )
-  _print(
-    f'each runs: {sys.executable} -m attnlab.main --config=CONFIG '
-    f'--workdir={os.path.join(workdir, "NAME")} --config.KEY=VALUE ...',
-    out,
-  )
-  _print(f'  {"#":>3}  {"state":<11} {"step/cap":>13}  name  result', out)
-  for trial in selected:
-    i = experiment.trials.index(trial)
-    if trial.name in errors:
-      _print(f'  {i:>3}  {"INVALID":<11} {"":>13}  {trial.name}: {errors[trial.name]}', out)
-      continue
-    config, directory = configs[trial.name], dirs[trial.name]
-    step = f'{progress.last_train_step(directory)}/{config.train.num_steps}'
-    metric = selection.resolve_metric(config.train.select_metric, config.task.name)
-    result = ' '.join(filter(None, (trial_dirs.tested_line(directory, metric),
-                                    (notes or {}).get(trial.name))))
-    _print(f'  {i:>3}  {states[trial.name]:<11} {step:>13}  {trial.name}  {result}'.rstrip(), out)
-  example = selected[0]
-  _print(f'first command: {shlex.join(example.command(os.path.join(workdir, example.name)))}', out)
 
 
 def prepare_data(configs: dict, todo, out=None) -> None:
@@ -282,8 +227,8 @@ def run_sweep(
   dirs = {t.name: sweep_runner.trial_dir(workdir, t) for t in trials}
   states = {t.name: trial_dirs.trial_state(dirs[t.name]) for t in trials}
   if dry_run:
-    list_trials(experiment, trials, chosen, configs, errors, dirs, states, workdir, archive,
-                share=share, out=out)
+    listing.list_trials(experiment, trials, chosen, configs, errors, dirs, states, workdir,
+                        archive, share=share, out=out)
     return 1 if errors else 0
   for trial in trials:  # other settings are refused before anything is written
     trial_dirs.check_same_trial(dirs[trial.name], trial)
@@ -333,19 +278,6 @@ def check_folders(experiment, workdir: str, archive: str | None) -> None:
     # Archiving a trial onto itself would drop its checkpoints (archive.KEPT).
     raise SweepError(f'--archive={archive} is the --workdir: the archive is a copy kept apart '
                      f'from it; give another folder (e.g. --archive=results/{experiment.name})')
-
-
-def list_trials(experiment, trials, chosen, configs, errors, dirs, states, workdir, archive, *,
-                share: bool, out=None) -> None:
-  """--dry_run: the chosen trials and every invalid one, as this folder and the archives hold
-  them; writes nothing."""
-  names = {t.name for t in chosen}
-  listed = [t for t in trials if t.name in names or t.name in errors]  # errors always show
-  shown, notes = dict(dirs), {}
-  if archive:
-    shown, notes = what_the_archives_hold(trials, configs, errors, states, dirs, archive,
-                                          share=share)
-  describe(experiment, listed, workdir, shown, states, configs, errors, out, notes)
 
 
 def local_runner(workdir: str, configs: dict, *, parallel: int, archive: str | None, share: bool,

@@ -1,2 +1,2 @@
-"""Sweeps: experiment files -> trials (trials.py), run locally or on SLURM (runner.py), and the
-`python -m attnlab.sweep` command (command.py)."""
+"""Sweeps: experiment files -> trials (trials.py), run locally or on SLURM (runner.py, slurm.py)
+or listed (listing.py) by the `python -m attnlab.sweep` command (attnlab/sweep.py)."""
