@@ -16,8 +16,8 @@ import importlib
 
 _EXPORTS = {
   'TrainBatches': 'pipeline',
-  'eval_batches': 'pipeline',
-  'eval_batches_from_source': 'pipeline',
+  'eval_batches': 'eval_pipeline',
+  'eval_batches_from_source': 'eval_pipeline',
   'train_batches': 'pipeline',
   'SyntheticTask': 'synthetic',
   'BUILDERS': 'tasks',

@@ -1,4 +1,5 @@
-"""Input pipelines: source -> tokenize -> length filter -> global batch -> process share -> pad.
+"""The training input pipeline: source -> tokenize -> length filter -> global batch -> process
+share -> pad (evaluation batches: attnlab/data/eval_pipeline.py).
 
 Training (`TrainBatches`) is a grain `MapDataset` indexed by the global step k, so batch k is a
 pure function of (source, seed, k). `data.batching` says how examples become global batches:
@@ -22,18 +23,12 @@ The checkpointable position is `{'step': k}`; `set_state` (or `start_step`) resu
 next batches equal those of an uninterrupted iterator. Batches are numpy int32:
 `{'source': [b, S], 'target': [b, T]}` with target = tokens + EOS and PAD_ID padding; the
 decoder input [BOS] + target[:-1] is built in the train step.
-
-Evaluation (`eval_batches`, `eval_batches_from_source`) walks a split in order of length in
-fixed-size batches and never drops an example: lengths are padded to the batch's real longest
-pair rounded up to the bucket, with no cap, because eval lengths may exceed train lengths in
-length-generalisation tests. Rows carry their example's index; results are put back in index
-order by whoever reads them.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import grain
@@ -77,7 +72,8 @@ def token_lengths(
   return src_len, tgt_len
 
 
-def _share(global_batch_size: int, process_index: int, process_count: int) -> int:
+def process_share(global_batch_size: int, process_index: int, process_count: int) -> int:
+  """Rows of a global batch that each process builds; ValueError unless they divide evenly."""
   if process_count < 1 or not 0 <= process_index < process_count:
     raise ValueError(f'process_index={process_index} must be in [0, process_count={process_count})')
   if global_batch_size < 1 or global_batch_size % process_count:
@@ -164,7 +160,7 @@ class TrainBatches:
     num_buckets: int = 0,
     row_multiple: int = 1,
   ):
-    self.local_batch_size = _share(global_batch_size, process_index, process_count)
+    self.local_batch_size = process_share(global_batch_size, process_index, process_count)
     _check_options(batching, max_source_length, max_target_length, bucket_size, seed)
     self._source = source
     self._source_vocab, self._target_vocab = source_vocab, target_vocab
@@ -279,7 +275,8 @@ class TrainBatches:
     self._iterator.close()
 
 
-def _processes(process_index: int | None, process_count: int | None) -> tuple[int, int]:
+def resolve_processes(process_index: int | None, process_count: int | None) -> tuple[int, int]:
+  """(process index, process count) as given, else JAX's (after distributed init)."""
   if process_index is None or process_count is None:
     import jax  # Deferred: only the config-level entry points ask JAX about the processes.
 
@@ -303,10 +300,10 @@ def train_batches(
   `num_devices`, the data-parallel devices of all processes that token batches' rows must
   divide over, to `parallel.num_devices` or else every device (as attnlab.train.loop picks them).
   """
-  process_index, process_count = _processes(process_index, process_count)
+  process_index, process_count = resolve_processes(process_index, process_count)
   d = config.data
   if d.batching == 'tokens' and num_devices is None:
-    import jax  # Deferred, as in `_processes`.
+    import jax  # Deferred, as in `resolve_processes`.
 
     num_devices = config.parallel.num_devices or jax.device_count()
   return TrainBatches(
@@ -328,82 +325,3 @@ def train_batches(
     num_buckets=d.num_buckets,
     row_multiple=num_devices or 1,
   )
-
-
-def eval_batches(
-  task: Task,
-  config: Config,
-  split: str,
-  *,
-  process_index: int | None = None,
-  process_count: int | None = None,
-) -> Iterator[dict[str, np.ndarray]]:
-  """`eval_batches_from_source` over `task.split(split)`: this process's share of global
-  batches of `config.data.global_batch_size`, padded to `config.data.bucket_size` multiples,
-  the first `config.eval.max_examples` examples (0 = all). Process defaults as above.
-  """
-  process_index, process_count = _processes(process_index, process_count)
-  return eval_batches_from_source(
-    task.split(split),
-    task.source_vocab,
-    task.target_vocab,
-    config.data.global_batch_size,
-    bucket_size=config.data.bucket_size,
-    process_index=process_index,
-    process_count=process_count,
-    max_examples=config.eval.max_examples,
-  )
-
-
-def eval_batches_from_source(
-  source: Source,
-  source_vocab: Vocab,
-  target_vocab: Vocab,
-  batch_size: int,
-  *,
-  bucket_size: int,
-  process_index: int = 0,
-  process_count: int = 1,
-  max_examples: int = 0,
-) -> Iterator[dict[str, np.ndarray]]:
-  """Fixed-size batches over the split (the first `max_examples` if > 0) in order of length:
-  source, then target, then index.
-
-  A batch's padded shape and its search loop (which runs until its last row has ended) follow
-  its longest row, so batches of similar lengths decode faster than batches in index order:
-  on the Bible eval split (1,745 verses of 2-108 pieces) beam search ran 2x faster. The order
-  is a function of the data alone, the same on every process. `batch_size` is global: process p
-  gets rows [p*b, (p+1)*b) of each global batch. Every example appears exactly once over all
-  processes; the last global batch is filled with
-  empty rows (all PAD_ID, 'weight' 0, 'index' -1). Each batch holds 'source' [b, S] and
-  'target' [b, T] int32, 'weight' [b] float32 and 'index' [b] int32. S and T are the global
-  batch's longest pair rounded up to `bucket_size`, never capped: long eval examples are kept.
-  """
-  local = _share(batch_size, process_index, process_count)
-  if bucket_size < 1:
-    raise ValueError(f'bucket_size={bucket_size} must be positive')
-  n = len(source) if max_examples <= 0 else min(max_examples, len(source))
-
-  def generate():
-    encoded = []
-    for i in range(n):
-      example = source[i]
-      encoded.append(
-        (source_vocab.encode(example['source']), target_vocab.encode(example['target']))
-      )
-    order = sorted(range(n), key=lambda i: (len(encoded[i][0]), len(encoded[i][1]), i))
-    for start in range(0, n, batch_size):
-      members = order[start:start + batch_size]
-      src_pad = padded_length(max(len(encoded[i][0]) for i in members), bucket_size)
-      tgt_pad = padded_length(max(len(encoded[i][1]) for i in members), bucket_size)
-      rows = members[process_index * local:(process_index + 1) * local]
-      index = np.full(local, -1, np.int32)
-      index[: len(rows)] = rows
-      yield {
-        'source': pad_rows([encoded[i][0] for i in rows], local, src_pad),
-        'target': pad_rows([encoded[i][1] for i in rows], local, tgt_pad),
-        'weight': (index >= 0).astype(np.float32),
-        'index': index,
-      }
-
-  return generate()
