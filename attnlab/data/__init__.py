@@ -3,9 +3,8 @@
 Where data sits in a run: docs/design.md, Data flow.
 
 task = load_task(config)                       # vocabularies + split sources
-train = train_batches(config, task)            # endless, sharded, resumable: get_state()
-for batch in eval_batches(task.split('eval'), task.source_vocab, task.target_vocab,
-                          config.data.global_batch_size, bucket_size=config.data.bucket_size):
+train = train_batches(task, config)            # endless, sharded, resumable: get_state()
+for batch in eval_batches(task, config, 'eval'):   # this process's share, padded, bucketed
   ...
 
 Names are resolved on first use (PEP 562), so importing a light submodule (`tasks`, read by
