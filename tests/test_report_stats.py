@@ -1,5 +1,6 @@
 """Report statistics: paired bootstraps (exact match and corpus BLEU), the seed-spread check,
-ranking by the selection metric, and BLEU by source length for translation sweeps."""
+tests across seeds (Welch's t, Holm's correction, the findings they decide), ranking by the
+selection metric, and BLEU by source length for translation sweeps."""
 
 import json
 import math
@@ -7,9 +8,10 @@ import math
 import numpy as np
 import pytest
 import sacrebleu
+from scipy import stats as scipy_stats
 
 from attnlab import bleu_scores
-from attnlab.reporting import length_tables, sweep_results
+from attnlab.reporting import length_tables, seed_tests, sweep_results
 from attnlab.reporting import stats as report_stats
 from attnlab.reporting import sweep_report as report
 
@@ -102,6 +104,63 @@ def test_beyond_seed_spread_compares_the_gap_with_both_stds():
   assert report_stats.beyond_seed_spread((30.0, 0.4), (31.0, 0.5)) is True  # 1.0 > 0.9
   assert report_stats.beyond_seed_spread((30.0, 0.5), (31.0, 0.5)) is False  # 1.0 = 1.0
   assert report_stats.beyond_seed_spread((30.0, None), (35.0, 0.1)) is None  # one seed
+
+
+def test_welch_test_against_the_formulas_by_hand():
+  # Equal n and variances: df = 2 (n - 1) = 2, where Student's t has a closed form:
+  # P(|T| > t) = 1 - t / sqrt(t^2 + 2) and t_0.975 = 0.95 sqrt(2 / (4 x 0.975 x 0.025)).
+  # a = (30, 31), b = (32, 33): s^2 = 0.5 each, se = sqrt(0.25 + 0.25), t = 2 / se = 2.828.
+  test = seed_tests.welch_test([30.0, 31.0], [32.0, 33.0])
+  se, t = np.sqrt(0.5), 2 / np.sqrt(0.5)
+  half = 0.95 * np.sqrt(2 / (4 * 0.975 * 0.025)) * se  # 4.3027 x 0.7071
+  assert test['delta'] == 2.0 and test['df'] == pytest.approx(2.0) and test['n'] == (2, 2)
+  assert test['p_value'] == pytest.approx(1 - t / np.sqrt(t**2 + 2))  # 0.10557
+  assert (test['ci_low'], test['ci_high']) == (pytest.approx(2 - half), pytest.approx(2 + half))
+  # Unequal n and variances: a = (30, 31), b = (32, 34, 33): s_a^2 / 2 = 1/4, s_b^2 / 3 = 1/3,
+  # se^2 = 7/12, df = (7/12)^2 / ((1/4)^2 / 1 + (1/3)^2 / 2) = (49/144) / (17/144) = 49/17.
+  test = seed_tests.welch_test([30.0, 31.0], [32.0, 34.0, 33.0])
+  assert test['delta'] == pytest.approx(2.5) and test['df'] == pytest.approx(49 / 17)
+  t = 2.5 / np.sqrt(7 / 12)
+  assert test['p_value'] == pytest.approx(2 * scipy_stats.t.sf(t, 49 / 17))
+  # One seed on a side: no test. No variation on either side: the limit, p = 1 or 0.
+  assert seed_tests.welch_test([30.0], [32.0, 33.0]) is None
+  same = seed_tests.welch_test([0.5, 0.5], [0.5, 0.5])
+  assert (same['p_value'], same['ci_low'], same['ci_high'], same['df']) == (1.0, 0.0, 0.0, None)
+  apart = seed_tests.welch_test([1.0, 1.0], [0.0, 0.0])
+  assert (apart['delta'], apart['p_value'], apart['ci_low']) == (-1.0, 0.0, -1.0)
+
+
+@pytest.mark.parametrize(
+  'a, b',
+  [
+    ([30.1, 30.6, 29.8], [31.2, 32.9]),
+    ([0.281, 0.279, 0.290, 0.284, 0.277], [0.301, 0.295, 0.312]),
+    ([7.0, 7.2], [9.4, 9.9, 8.9, 9.5]),
+  ],
+)
+def test_welch_test_matches_scipy(a, b):
+  test = seed_tests.welch_test(a, b)
+  scipy = scipy_stats.ttest_ind(b, a, equal_var=False)
+  low, high = scipy.confidence_interval(0.95)
+  assert test['p_value'] == pytest.approx(scipy.pvalue, rel=1e-9)
+  assert test['df'] == pytest.approx(scipy.df, rel=1e-9)
+  assert (test['ci_low'], test['ci_high']) == (pytest.approx(low), pytest.approx(high))
+  assert test['delta'] == pytest.approx(np.mean(b) - np.mean(a))
+
+
+def test_holm_by_hand():
+  # Sorted: 0.005 x 4 = 0.02, 0.01 x 3 = 0.03, 0.03 x 2 = 0.06, 0.04 x 1 = 0.04 -> 0.06 (an
+  # adjusted p never falls below the one before it); back in the given order.
+  assert seed_tests.holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+  assert seed_tests.holm([0.5, 0.6]) == [1.0, 1.0]  # 0.5 x 2 capped at 1, then held
+  assert seed_tests.holm([0.2]) == [0.2] and seed_tests.holm([]) == []
+
+
+def test_the_finding_follows_the_corrected_p():
+  assert seed_tests.finding(0.05) == 'beyond seeds'
+  assert seed_tests.finding(0.0500001) == 'not shown'
+  assert seed_tests.finding(0.01, still_improving=True) == 'beyond seeds (still improving)'
+  assert seed_tests.finding(None) == '–'
 
 
 def test_pairs_only_shared_seeds_and_examples():
