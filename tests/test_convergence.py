@@ -18,7 +18,10 @@ from attnlab.reporting import sweep_report as report
 from attnlab.reporting.convergence import (
   CONVERGED,
   EARLY_STOPPED,
+  FLOOR,
   NOT_CONVERGED,
+  PATIENCE,
+  STEP_CAP,
   UNDECIDED,
   assess,
 )
@@ -68,6 +71,7 @@ def test_a_plateaued_run_converged():
   assert (c.selected_step, c.last_step, c.tested_step) == (9000, 10000, 9000)
   assert c.tested_on_best and not c.early_stopped
   assert c.reason == 'dev wer moved 0.10 points over the last quarter (steps 7,000-10,000)'
+  assert (c.ended_by, c.evaluations_after_best, c.still_improving) == (STEP_CAP, 1, False)
 
 
 def test_a_still_improving_run_did_not_converge():
@@ -76,7 +80,7 @@ def test_a_still_improving_run_did_not_converge():
   # |0.29 - 0.30| x 100 = 1.0 point >= 0.3.
   curve = {2500: 0.40, 5000: 0.30, 7500: 0.32, 8000: 0.31, 9000: 0.29, 10000: 0.295}
   c = assess(_final('wer', 9000, 10000), _events('wer', curve))
-  assert c.verdict == NOT_CONVERGED and not c.converged
+  assert c.verdict == NOT_CONVERGED and not c.converged and c.still_improving
   assert c.movement == pytest.approx(1.0)
   assert c.window == (7500, 10000) and c.evaluations_in_window == 4  # 7,500 counts: [7,500, ...]
   assert c.reason == (
@@ -103,37 +107,80 @@ def test_early_stopping_is_convergence():
   final = _final('wer', 3000, 6000, stopped_early=True, patience=3)
   c = assess(final, _events('wer', curve))
   assert c.verdict == EARLY_STOPPED and c.converged and c.early_stopped
+  assert (c.ended_by, c.evaluations_after_best) == (PATIENCE, 3)
   assert c.last_step == 6000 and c.window == (4000, 6000) and c.movement == 0.0
   assert c.reason == (
-    'early stopping fired at step 6,000 (patience 3); dev wer moved 0.00 points over the last '
-    'quarter (steps 4,000-6,000)'
+    'patience ended the run at step 6,000: 3 evaluations without a dev gain '
+    '(train.patience=3); dev wer moved 0.00 points over the last quarter (steps 4,000-6,000)'
   )
   # Without the early stop the same curve is judged on its movement; with too coarse a curve
-  # the early stop alone decides.
+  # (one evaluation in the last quarter, [4,500, 6,000]) the early stop alone decides.
   final['selection']['stopped_early'] = False
   assert assess(final, _events('wer', curve)).verdict == CONVERGED
   final['selection']['stopped_early'] = True
-  coarse = assess(final, _events('wer', {3000: 0.35, 6000: 0.36}))
+  coarse = assess(final, _events('wer', {3000: 0.35, 3500: 0.36, 4000: 0.36, 6000: 0.36}))
   assert coarse.verdict == EARLY_STOPPED and coarse.movement is None
-  assert coarse.reason == 'early stopping fired at step 6,000 (patience 3)'
+  assert coarse.reason == (
+    'patience ended the run at step 6,000: 3 evaluations without a dev gain (train.patience=3)'
+  )
+  assert coarse.still_improving is None
+
+
+def test_how_a_run_ended_is_read_from_the_evaluations_after_its_best():
+  # Patience 3, plateau cuts after 1 evaluation without a gain: a stop with fewer than 3
+  # evaluations after the best can only be the learning-rate floor (train/start.py checks the
+  # floor while patience is not exhausted); 3 or more, patience; no early stop, the step cap.
+  curve = {1000: 0.5, 2000: 0.4, 3000: 0.35, 4000: 0.36, 5000: 0.37, 6000: 0.355}
+  ended = lambda best, last, early, patience=3: assess(
+    _final('wer', best, last, stopped_early=early, patience=patience),
+    _events('wer', {s: v for s, v in curve.items() if s <= last}),
+  )
+  floor = ended(3000, 5000, True)
+  assert (floor.ended_by, floor.evaluations_after_best) == (FLOOR, 2)
+  assert floor.reason.startswith(
+    'the learning-rate floor ended the run at step 5,000, 2 evaluations after the best: the next '
+    'plateau cut would go below optim.plateau_min_scale; dev wer moved'
+  )
+  cell = convergence.trial_row('v', 0, floor)[4]
+  assert cell == 'learning-rate floor (2 evaluations after the best)'
+  one = ended(3000, 4000, True)
+  assert (one.ended_by, convergence.trial_row('v', 0, one)[4]) == (
+    FLOOR,
+    'learning-rate floor (1 evaluation after the best)',
+  )
+  assert ended(3000, 6000, True).ended_by == PATIENCE
+  assert ended(3000, 6000, True, patience=0).ended_by == FLOOR  # patience off: only the floor
+  cap = ended(3000, 6000, False)
+  assert (cap.ended_by, convergence.trial_row('v', 0, cap)[4]) == (STEP_CAP, 'step cap')
+  # Stopped early without a dev curve to count on: not told.
+  unknown = assess(_final('wer', 3000, 6000, stopped_early=True, patience=3), [])
+  assert unknown.ended_by is None and convergence.trial_row('v', 0, unknown)[4] == 'early stop'
 
 
 def test_an_early_stop_while_still_improving_is_named():
-  # The plateau floor stopped a slow learner: best-so-far sequence accuracy 0.40 at 6,000
-  # (the last evaluation at or before 0.75 x 8,000), 0.45 at 8,000: 5 points moved. By the
-  # issue's rule early stopping is convergence; the report says it was still moving.
-  curve = {2000: 0.2, 4000: 0.3, 6000: 0.40, 7000: 0.43, 8000: 0.45}
-  final = _final('sequence_accuracy', 8000, 8000, stopped_early=True, patience=3)
+  # The plateau floor stopped a slow learner one evaluation after its best: best-so-far
+  # sequence accuracy 0.40 at 6,000 (the last evaluation at or before 0.75 x 8,000), 0.45 at
+  # 8,000: 5 points moved. Early stopping counts as convergence; the report says it was still
+  # improving.
+  curve = {2000: 0.2, 4000: 0.3, 6000: 0.40, 7000: 0.45, 8000: 0.44}
+  final = _final('sequence_accuracy', 7000, 8000, stopped_early=True, patience=3)
   c = assess(final, _events('sequence_accuracy', curve))
-  assert c.verdict == EARLY_STOPPED and c.converged and c.stopped_while_moving
-  assert c.movement == pytest.approx(5.0)
-  assert c.reason.endswith('(steps 6,000-8,000): stopped while still moving')
-  assert convergence.trial_row('v', 0, c)[-1] == 'early stopped (still moving: 5.00 points)'
+  assert c.verdict == EARLY_STOPPED and c.converged and c.still_improving
+  assert c.movement == pytest.approx(5.0) and c.ended_by == FLOOR
+  assert c.reason.endswith('(steps 6,000-8,000): still improving')
+  row = convergence.trial_row('v', 0, c)
+  assert row[4:] == [
+    'learning-rate floor (1 evaluation after the best)',
+    '5.00 (6,000-8,000)',
+    'yes',
+    'yes',
+    'early stopped',
+  ]
   # 0.29 points is flat: no mention.
-  flat = {2000: 0.2, 4000: 0.3, 6000: 0.40, 8000: 0.4029}
+  flat = {2000: 0.2, 4000: 0.3, 6000: 0.40, 7000: 0.4029, 8000: 0.4}
   c = assess(final, _events('sequence_accuracy', flat))
-  assert not c.stopped_while_moving and not c.reason.endswith('still moving')
-  assert convergence.trial_row('v', 0, c)[-1] == 'early stopped'
+  assert c.still_improving is False and not c.reason.endswith('still improving')
+  assert convergence.trial_row('v', 0, c)[6:] == ['no', 'yes', 'early stopped']
 
 
 def test_too_few_evaluations_in_the_last_quarter_is_undecided():
@@ -221,6 +268,8 @@ def test_count_cell():
   assert convergence.count_cell([good, good, unsure]) == '2/3 (1 undecided)'
   assert convergence.count_cell([good, bad, unsure]) == '1/3 (1 undecided)'
   assert convergence.count_cell([]) == '–'
+  assert convergence.improving_cell([good, bad, unsure]) == '1/2'  # 'unsure' has no movement
+  assert convergence.improving_cell([unsure]) == '–'
 
 
 def _rewrite_eval(root, name, curve):
@@ -256,8 +305,9 @@ def test_the_report_marks_and_names_trials_that_did_not_converge(tmp_path):
   )
   assert flag in lines
   assert lines.index(flag) < lines.index('### Convergence: configs/reverse.py')
-  assert '| timing=bahdanau | 1 | 4 | 8 | no | 25.00 (6-8) | yes | not converged |' in lines
-  assert '| timing=luong | 0 | 4 | 8 | no | – | yes | undecided: 1 evaluation(s)' in text
+  row = '| timing=bahdanau | 1 | 4 | 8 | step cap | 25.00 (6-8) | yes | yes | not converged |'
+  assert row in lines
+  assert '| timing=luong | 0 | 4 | 8 | step cap | – | – | yes | undecided: 1 evaluation(s)' in text
   csv_rows = open(os.path.join(root, 'results.csv')).read().splitlines()
   head = csv_rows[0].split(',')
   bahdanau = dict(zip(head, csv_rows[2].split(','), strict=True))

@@ -178,9 +178,12 @@ best's where variants are ranked by BLEU), with a 95% interval and two-sided p-v
 paired bootstrap (2000 resamples of test examples, paired by seed and example). Beyond seeds: \
 the means differ by more than the two seed stds added (their mean ± std ranges do not overlap).
 
-Converged: early stopping fired, or the best-so-far dev selection metric moved less than 0.3 \
-points (percentage points for rates, BLEU/chrF points) over the last 25% of training. Tested \
-on best: the test split was evaluated with the trial's best dev checkpoint.
+Ended by: patience (train.patience dev evaluations in a row without a gain), the learning-rate \
+floor (the next plateau cut would go below optim.plateau_min_scale) or the step cap \
+(train.num_steps). Still improving: the best-so-far dev selection metric moved at least 0.3 \
+points (percentage points for rates, BLEU/chrF points) over the last 25% of training, however \
+the run ended. Converged: stopped by patience or the learning-rate floor, or not still \
+improving. Tested on best: the test split was evaluated with the trial's best dev checkpoint.
 
 Compute: 5 finished trial(s), 6m20s of trial wall time, 3m30s of CPU time (1m10s per trial; 3 \
 of them recorded it). Wall/trial and CPU/trial below are means over finished seeds. Machines: \
@@ -231,14 +234,14 @@ Test sequence accuracy by source length in tokens (Bahdanau et al. 2015, Fig. 2)
 
 ### Convergence: configs/reverse.py
 
-| variant | seed | selected step | last step | early stop | last-quarter movement (points) | \
-tested on best | verdict |
-|---|---|---|---|---|---|---|---|
-| timing=luong | 0 | 4 | 8 | no | 0.00 (6-8) | yes | converged |
-| timing=luong | 1 | 4 | 8 | no | 0.00 (6-8) | yes | converged |
-| timing=bahdanau | 0 | 4 | 8 | no | 0.00 (6-8) | yes | converged |
-| timing=bahdanau | 1 | 4 | 8 | no | 0.00 (6-8) | yes | converged |
-| timing=none | 0 | 4 | 8 | no | 0.00 (6-8) | yes | converged |
+| variant | seed | selected step | last step | ended by | last-quarter movement (points) | \
+still improving | tested on best | verdict |
+|---|---|---|---|---|---|---|---|---|
+| timing=luong | 0 | 4 | 8 | step cap | 0.00 (6-8) | no | yes | converged |
+| timing=luong | 1 | 4 | 8 | step cap | 0.00 (6-8) | no | yes | converged |
+| timing=bahdanau | 0 | 4 | 8 | step cap | 0.00 (6-8) | no | yes | converged |
+| timing=bahdanau | 1 | 4 | 8 | step cap | 0.00 (6-8) | no | yes | converged |
+| timing=none | 0 | 4 | 8 | step cap | 0.00 (6-8) | no | yes | converged |
 
 ## Failed trials
 

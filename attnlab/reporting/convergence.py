@@ -1,9 +1,19 @@
-"""Did a run converge, and was it tested with its best checkpoint?
+"""How did a run end, was it still improving, did it converge, was it tested with its best
+checkpoint?
 
-A run converged when early stopping fired (`train.patience` dev evaluations in a row without
-improvement), or when its dev selection metric moved less than CONVERGENCE_POINTS over the last
-LAST_FRACTION of training. The movement is taken on the best-so-far curve in the metric's
-direction, i.e. on what model selection would pick:
+A run ends in one of three ways (attnlab/train/start.py, `stops_early`): PATIENCE, when
+`train.patience` dev evaluations in a row did not improve on the best; FLOOR, when the plateau
+schedule's next learning-rate cut would fall below `optim.plateau_min_scale` (after as few as
+`optim.plateau_patience` evaluations without a gain); or STEP_CAP, `train.num_steps` trained
+without either. final_metrics.json records only whether it stopped early; which of the two
+stopped it is told by the evaluations after the selected step in metrics.jsonl: at least
+`train.patience` of them means patience (the floor is checked only while patience is not
+exhausted), fewer the floor. So archived runs are read as they are.
+
+A run is still improving when its dev selection metric moved at least CONVERGENCE_POINTS over
+the last LAST_FRACTION of training, however it ended. It converged when it stopped early (by
+patience or the floor), or when it was not still improving. The movement is taken on the
+best-so-far curve in the metric's direction, i.e. on what model selection would pick:
 
     movement = |best_so_far(last evaluation) - best_so_far(last evaluation <= 0.75 x last step)|
 
@@ -46,6 +56,8 @@ POINTS_PER_UNIT = {
   'perplexity': 1.0,
 }
 
+PATIENCE, FLOOR, STEP_CAP = 'patience', 'learning-rate floor', 'step cap'  # how a run ended
+
 EARLY_STOPPED, CONVERGED, NOT_CONVERGED, UNDECIDED = (
   'early stopped',
   'converged',
@@ -67,18 +79,19 @@ class Convergence:
   selected_step: int | None  # the best dev step (None without model selection)
   last_step: int | None  # the last step trained
   tested_step: int | None  # the step whose checkpoint the test metrics come from
-  early_stopped: bool  # train.patience evaluations without improvement stopped the run
+  early_stopped: bool  # patience or the learning-rate floor stopped the run
+  ended_by: str | None  # PATIENCE | FLOOR | STEP_CAP; None: stopped early, no dev curve to tell
+  evaluations_after_best: int | None  # dev evaluations after the selected step, up to the end
 
   @property
   def converged(self) -> bool:
     return self.verdict in (EARLY_STOPPED, CONVERGED)
 
   @property
-  def stopped_while_moving(self) -> bool:
-    """Early stopping fired (converged by the rule) although the dev metric still moved at
-    least CONVERGENCE_POINTS over the last quarter: e.g. the plateau schedule's learning-rate
-    floor ended a run that was improving slowly. Its test numbers are a lower bound."""
-    return self.verdict == EARLY_STOPPED and (self.movement or 0.0) >= CONVERGENCE_POINTS
+  def still_improving(self) -> bool | None:
+    """The dev metric moved at least CONVERGENCE_POINTS over the last quarter, whatever ended
+    the run (None without a movement): its test numbers may measure learning speed."""
+    return None if self.movement is None else self.movement >= CONVERGENCE_POINTS
 
   @property
   def tested_on_best(self) -> bool:
@@ -110,6 +123,36 @@ def _steps(value: float) -> str:
   return f'{value:,.0f}' if float(value).is_integer() else f'{value:,.1f}'
 
 
+def ending(chosen: dict, curve: Sequence[tuple[int, float]]) -> tuple[str | None, int | None]:
+  """(how the run ended, dev evaluations after its selected step) from final_metrics.json's
+  `selection` and the dev curve up to the last step trained (see the module docstring)."""
+  best = chosen.get('best_step')
+  after = sum(s > best for s, _ in curve) if best is not None and curve else None
+  if not chosen.get('stopped_early'):
+    return STEP_CAP, after
+  if after is None:
+    return None, None
+  return (PATIENCE if 0 < (chosen.get('patience') or 0) <= after else FLOOR), after
+
+
+def _evaluations(n: int) -> str:
+  return f'{n} evaluation' + ('' if n == 1 else 's')
+
+
+def _stop_line(ended_by: str | None, after: int | None, last: int, patience) -> str:
+  if ended_by == PATIENCE:
+    return (
+      f'patience ended the run at step {last:,}: {_evaluations(after)} without a {DEV} gain '
+      f'(train.patience={patience})'
+    )
+  if ended_by == FLOOR:
+    return (
+      f'the learning-rate floor ended the run at step {last:,}, {_evaluations(after)} after '
+      'the best: the next plateau cut would go below optim.plateau_min_scale'
+    )
+  return f'early stopping ended the run at step {last:,}'
+
+
 def assess(final: dict | None, events: Iterable[dict]) -> Convergence:
   """The convergence verdict of a run from its final_metrics.json and metrics.jsonl rows."""
   final = final or {}
@@ -118,24 +161,27 @@ def assess(final: dict | None, events: Iterable[dict]) -> Convergence:
   early = bool(chosen.get('stopped_early'))
   curve = eval_curve(events, metric) if metric in DIRECTIONS else []
   last = final.get('trained_steps', curve[-1][0] if curve else final.get('step'))
+  curve = [(s, v) for s, v in curve if last is None or s <= last]
+  ended_by, after = ending(chosen, curve)
   facts = dict(
     metric=metric,
     selected_step=chosen.get('best_step'),
     last_step=last,
     tested_step=final.get('step'),
     early_stopped=early,
+    ended_by=ended_by,
+    evaluations_after_best=after,
   )
   undecided = lambda why, n=0: Convergence(UNDECIDED, why, None, None, n, **facts)
   if metric not in DIRECTIONS:
     return undecided('no model selection recorded in final_metrics.json: tested at the last step')
-  curve = [(s, v) for s, v in curve if last is None or s <= last]
   if not curve or last is None:
     return undecided(f'no {DEV} {metric} in metrics.jsonl')
   start = (1.0 - LAST_FRACTION) * last
   running = best_so_far(curve, metric)
   before = [(s, b) for s, b in running if s <= start]
   in_window = sum(s >= start for s, _ in curve)
-  stop = f'early stopping fired at step {last:,} (patience {chosen.get("patience")})'
+  stop = _stop_line(ended_by, after, last, chosen.get('patience'))
   if in_window < MIN_EVALUATIONS or not before:
     if early:  # patience decided; the curve is too coarse to add a movement
       return Convergence(EARLY_STOPPED, stop, None, None, in_window, **facts)
@@ -159,7 +205,7 @@ def assess(final: dict | None, events: Iterable[dict]) -> Convergence:
   if early:
     verdict, why = EARLY_STOPPED, f'{stop}; {span}'
     if movement >= CONVERGENCE_POINTS:
-      why += ': stopped while still moving'
+      why += ': still improving'
   elif movement < CONVERGENCE_POINTS:
     verdict, why = CONVERGED, span
   else:
@@ -191,6 +237,12 @@ def count_cell(assessments: Sequence[Convergence]) -> str:
   return cell + (f' ({undecided} undecided)' if undecided else '')
 
 
+def improving_cell(assessments: Sequence[Convergence]) -> str:
+  """'1/2': trials still improving out of those with a last-quarter movement ('–': none)."""
+  known = [c.still_improving for c in assessments if c.still_improving is not None]
+  return f'{sum(known)}/{len(known)}' if known else '–'
+
+
 def flag_line(rows: Sequence[tuple[str, list[tuple[object, Convergence]]]]) -> str | None:
   """One line naming every trial that did not converge, per (variant label, [(seed, verdict)])."""
   parts = []
@@ -211,8 +263,9 @@ TRIAL_HEAD = [
   'seed',
   'selected step',
   'last step',
-  'early stop',
+  'ended by',
   'last-quarter movement (points)',
+  'still improving',
   'tested on best',
   'verdict',
 ]
@@ -224,15 +277,17 @@ def trial_row(label: str, seed, c: Convergence) -> list[str]:
   if c.movement is not None:
     moved = f'{c.movement:.2f} ({c.window[0]:,}-{c.window[1]:,})'
   verdict = c.verdict if c.verdict != UNDECIDED else f'{UNDECIDED}: {c.reason}'
-  if c.stopped_while_moving:
-    verdict += f' (still moving: {c.movement:.2f} points)'
+  ended = c.ended_by or 'early stop'
+  if c.ended_by in (PATIENCE, FLOOR):
+    ended += f' ({_evaluations(c.evaluations_after_best)} after the best)'
   return [
     label,
     '–' if seed is None else str(seed),
     step(c.selected_step),
     step(c.last_step),
-    'yes' if c.early_stopped else 'no',
+    ended,
     moved,
+    {True: 'yes', False: 'no', None: '–'}[c.still_improving],
     'yes' if c.tested_on_best else 'no',
     verdict,
   ]
@@ -247,8 +302,11 @@ def trial_table(rows: Sequence[tuple[str, object, Convergence]]) -> list[str]:
 def rule() -> str:
   """The criterion in one sentence, for the reports' introductions."""
   return (
-    f'Converged: early stopping fired, or the best-so-far {DEV} selection metric moved '
-    f'less than {CONVERGENCE_POINTS} points (percentage points for rates, BLEU/chrF points) '
-    f'over the last {LAST_FRACTION:.0%} of training. Tested on best: the test split was '
+    f'Ended by: {PATIENCE} (train.patience {DEV} evaluations in a row without a gain), the '
+    f'{FLOOR} (the next plateau cut would go below optim.plateau_min_scale) or the {STEP_CAP} '
+    f'(train.num_steps). Still improving: the best-so-far {DEV} selection metric moved at '
+    f'least {CONVERGENCE_POINTS} points (percentage points for rates, BLEU/chrF points) over '
+    f'the last {LAST_FRACTION:.0%} of training, however the run ended. Converged: stopped by '
+    f'{PATIENCE} or the {FLOOR}, or not still improving. Tested on best: the test split was '
     f"evaluated with the trial's best {DEV} checkpoint."
   )

@@ -6,12 +6,13 @@
 Reads RUN_DIR/config.json, final_metrics.json, metrics.jsonl, run_times.jsonl (written by
 attnlab.train.loop) and the final test step's attention heatmaps. Writes OUT/README.md (command,
 wall time, parameters, steps, training tokens/s, final metrics per split, whether the run
-converged (reporting/convergence.py: early stopping fired, or the dev selection metric stopped
-moving over the last quarter of training), breakdowns by source length, locale and format),
-OUT/by_length.png, OUT/learning_curve.png (with the dev curve and its selected step), up to
-`MAX_HEATMAPS` heatmaps in OUT/attention/, copies of config.json and final_metrics.json, and
-OUT/report.html: the README as one self-contained page (reporting/html.py) whose heatmaps,
-drawn from the run's saved weights, show token and weight on hover.
+converged (reporting/convergence.py: what ended it, patience, the learning-rate floor or the
+step cap, and whether the dev selection metric still moved over the last quarter), breakdowns
+by source length, locale and format), OUT/by_length.png, OUT/learning_curve.png (with the dev
+curve and its selected step), up to `MAX_HEATMAPS` heatmaps in OUT/attention/, copies of
+config.json and final_metrics.json, and OUT/report.html: the README as one self-contained page
+(reporting/html.py) whose heatmaps, drawn from the run's saved weights, show token and weight
+on hover.
 Wall time: --wall_s, else the sum over RUN_DIR/run_times.jsonl (one line per process run).
 OUT must be a new or empty folder, or this run's report from before (`check_out`), which is then
 written again.
