@@ -293,9 +293,16 @@ def test_the_report_marks_and_names_trials_that_did_not_converge(tmp_path):
   assert lines[lines.index('## configs/reverse.py') + 4].startswith(
     '| variant | seeds | converged |'
   )
-  assert '| timing=luong † | 2/2 | 1/2 (1 undecided) | 0.875 ± 0.177 | best |' in text
-  assert '| timing=bahdanau † | 2/2 | 1/2 | 0.875 ± 0.177 |' in text
-  assert '| timing=none | 1/2 (1 failed) | 1/1 | 0.000 |' in text
+  assert '| timing=luong † | 2/2 | 1/2 (1 undecided) | 0/1 | 0.875 ± 0.177 | best |' in text
+  assert '| timing=bahdanau † | 2/2 | 1/2 | 1/2 | 0.875 ± 0.177 |' in text
+  assert '| timing=none | 1/2 (1 failed) | 1/1 | 0/1 | 0.000 |' in text
+  # A comparison with a trial still improving says so beside its finding, in both tables.
+  [main] = [line for line in lines if line.startswith('| timing=bahdanau † |')]
+  [pair] = [line for line in lines if line.startswith('| timing | – | luong → bahdanau |')]
+  assert '| 1.000 | 1.000 | not shown (still improving) |' in main
+  assert (
+    '| 0/1 → 1/2 | +0.000 [-0.761, +0.761] | 1.000 | 1.000 | not shown (still improving) |' in pair
+  )
   flag = (
     '† Not all trials converged, so these test numbers may measure learning speed rather than a '
     'converged model: timing=luong: seed 0 (undecided: 1 evaluation(s) of dev sequence_accuracy '
@@ -312,6 +319,7 @@ def test_the_report_marks_and_names_trials_that_did_not_converge(tmp_path):
   head = csv_rows[0].split(',')
   bahdanau = dict(zip(head, csv_rows[2].split(','), strict=True))
   assert (bahdanau['seeds_converged'], bahdanau['seeds_undecided']) == ('1', '0')
+  assert bahdanau['seeds_still_improving'] == '1'
   assert float(bahdanau['max_movement_points']) == 25.0
 
 

@@ -172,11 +172,23 @@ GOLDEN_MD = """\
 `python -m attnlab.sweep experiments/toy.py --workdir=DIR`: 6 trials, 5 finished, 1 failed, \
 0 not finished.
 
-Test split. Metrics: mean ± std over finished seeds. Δ: exact-match accuracy minus the best \
-variant's (on G2P 1 - WER, so a negative Δ is that many more words wrong; corpus BLEU minus the \
-best's where variants are ranked by BLEU), with a 95% interval and two-sided p-value from a \
-paired bootstrap (2000 resamples of test examples, paired by seed and example). Beyond seeds: \
-the means differ by more than the two seed stds added (their mean ± std ranges do not overlap).
+Test split. Metrics: mean ± std over finished seeds.
+
+Across seeds (the unit of evidence: one test metric per trained model): Δ vs best is the \
+variant's mean minus the best's in the table's metric, with a 95% interval and two-sided p from \
+Welch's t-test over all finished seeds of each (Welch–Satterthwaite degrees of freedom; '–' with \
+one seed on a side). Holm p: p corrected by Holm's step-down method over this report's family, \
+every test across seeds it prints: each variant against its group's best and each pair of the \
+one-setting-at-a-time tables, a pair printed in both counted once (1 test(s)). Finding: 'beyond \
+seeds' where the Holm p is at most 0.05, else 'not shown'; '(still improving)' where a trial of \
+either variant was still improving (Convergence below), so the gap may measure learning speed.
+
+Test examples (test-set noise: the same models on other test examples, not training variance): \
+Δ is exact-match accuracy minus the best variant's (on G2P 1 - WER, so a negative Δ is that many \
+more words wrong; corpus BLEU minus the best's where variants are ranked by BLEU), with a 95% \
+interval and two-sided p from a paired bootstrap (2000 resamples of test examples, paired by \
+seed and example; p is twice the smaller share of resampled differences on a side of zero, so it \
+resolves to 0.001).
 
 Ended by: patience (train.patience dev evaluations in a row without a gain), the learning-rate \
 floor (the next plateau cut would go below optim.plateau_min_scale) or the step cap \
@@ -194,27 +206,31 @@ not recorded (2: runs from before run_times.jsonl named it).
 
 Best by test sequence_accuracy (higher is better).
 
-| variant | seeds | converged | sequence_accuracy | Δ vs best [95% CI] | p | beyond seeds | \
-attention_entropy | alignment_error_rate | params | tokens/s | wall/trial | CPU/trial |
-|---|---|---|---|---|---|---|---|---|---|---|---|---|
-| timing=luong | 2/2 | 2/2 | 0.875 ± 0.177 | best |  |  | 0.600 ± 0.141 | 0.150 ± 0.071 | \
-1,200 | 500 | 1m10s | 1m00s |
-| timing=bahdanau | 2/2 | 2/2 | 0.875 ± 0.177 | +0.000 [+0.000, +0.000] | 1.000 | no | 1.100 ± \
-0.141 | 0.400 ± 0.141 | 1,100 | 300 | 1m45s | 1m30s (1 of 2) |
-| timing=none | 1/2 (1 failed) | 1/1 | 0.000 | -1.000 [-1.000, -1.000] | <0.0005 | – | – | – \
-| 800 | 1,500 | 0m30s | – |
+| variant | seeds | converged | still improving | sequence_accuracy | Δ vs best [95% CI] | p | \
+Holm p | finding | Δ test examples [95% CI] | p test examples | attention_entropy | \
+alignment_error_rate | params | tokens/s | wall/trial | CPU/trial |
+|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|
+| timing=luong | 2/2 | 2/2 | 0/2 | 0.875 ± 0.177 | best |  |  |  |  |  | 0.600 ± 0.141 | \
+0.150 ± 0.071 | 1,200 | 500 | 1m10s | 1m00s |
+| timing=bahdanau | 2/2 | 2/2 | 0/2 | 0.875 ± 0.177 | +0.000 [-0.761, +0.761] | 1.000 | 1.000 \
+| not shown | +0.000 [+0.000, +0.000] | 1.000 | 1.100 ± 0.141 | 0.400 ± 0.141 | 1,100 | 300 | \
+1m45s | 1m30s (1 of 2) |
+| timing=none | 1/2 (1 failed) | 1/1 | 0/1 | 0.000 | – | – | – | – | -1.000 [-1.000, -1.000] \
+| < 0.001 | – | – | 800 | 1,500 | 0m30s | – |
 
 One setting at a time (pairs of variants that differ in that setting alone, the others held; \
-test sequence_accuracy; Δ: the second minus the first, measured as in the main table, on the \
-seeds both finished):
+test sequence_accuracy; Δ: the second minus the first, across seeds and, measured as in the main \
+table, over the test examples of the seeds both finished):
 
-| setting | held | first → second | sequence_accuracy | Δ [95% CI] | p | beyond seeds |
-|---|---|---|---|---|---|---|
-| timing | – | luong → bahdanau | 0.875 ± 0.177 → 0.875 ± 0.177 | +0.000 [+0.000, +0.000] | \
-1.000 | no |
-| timing | – | luong → none | 0.875 ± 0.177 → 0.000 | -1.000 [-1.000, -1.000] | <0.0005 | – |
-| timing | – | bahdanau → none | 0.875 ± 0.177 → 0.000 | -1.000 [-1.000, -1.000] | <0.0005 \
-| – |
+| setting | held | first → second | sequence_accuracy | still improving | Δ [95% CI] | p | Holm p \
+| finding | Δ test examples [95% CI] | p test examples |
+|---|---|---|---|---|---|---|---|---|---|---|
+| timing | – | luong → bahdanau | 0.875 ± 0.177 → 0.875 ± 0.177 | 0/2 → 0/2 | +0.000 [-0.761, \
++0.761] | 1.000 | 1.000 | not shown | +0.000 [+0.000, +0.000] | 1.000 |
+| timing | – | luong → none | 0.875 ± 0.177 → 0.000 | 0/2 → 0/1 | – | – | – | – | -1.000 \
+[-1.000, -1.000] | < 0.001 |
+| timing | – | bahdanau → none | 0.875 ± 0.177 → 0.000 | 0/2 → 0/1 | – | – | – | – | -1.000 \
+[-1.000, -1.000] | < 0.001 |
 
 Test sequence accuracy by source length in tokens (Bahdanau et al. 2015, Fig. 2):
 
@@ -254,7 +270,9 @@ def test_golden_results_md(tmp_path):
   path = report.write_report(root)
   with open(path) as f:
     text = f.read()
-  # Long table rows are wrapped in GOLDEN_MD with a backslash for line length only.
+  # Long table rows are wrapped in GOLDEN_MD with a backslash for line length only. Across
+  # seeds, bahdanau (1, 0.75) against luong (1, 0.75): Δ 0, se = sqrt(2 x 0.03125 / 2) = 0.177,
+  # df = 2, t_0.975 = 4.303: ±0.761, p = 1; the family's only test (none has one seed).
   assert text == GOLDEN_MD
 
 
@@ -296,6 +314,12 @@ def test_golden_results_csv(tmp_path):
   assert (luong['seeds_converged'], luong['seeds_undecided']) == ('2', '0')
   assert (none['seeds_converged'], none['seeds_tested_on_best']) == ('1', '1')
   assert float(luong['max_movement_points']) == 0.0
+  # The best itself, and a variant with one seed: no test across seeds.
+  assert {luong['seed_p_value'], luong['finding'], none['seed_p_value'], none['finding']} == {''}
+  assert float(bahdanau['seed_delta_vs_best']) == 0.0 and bahdanau['finding'] == 'not shown'
+  assert float(bahdanau['seed_ci_high']) == pytest.approx(4.3027 * 0.25 / np.sqrt(2), abs=1e-4)
+  assert float(bahdanau['seed_p_value']) == float(bahdanau['seed_holm_p_value']) == 1.0
+  assert bahdanau['seeds_still_improving'] == '0'
 
 
 def _assert_png(path):
@@ -330,7 +354,7 @@ def test_missing_predictions_are_reported(tmp_path):
   root = make_sweep(str(tmp_path))
   os.remove(os.path.join(root, _name('none', 0), 'predictions_test.jsonl'))
   text = open(report.write_report(root, plots=False)).read()
-  assert '| timing=none | 1/2 (1 failed) | 1/1 | 0.000 | – |' in text
+  assert '| timing=none | 1/2 (1 failed) | 1/1 | 0/1 | 0.000 | – | – | – | – | – |' in text
   assert 'No predictions_test.jsonl in 1 finished trial(s)' in text
 
 
@@ -343,7 +367,7 @@ def test_labels_from_the_experiment_name_rows_and_keep_the_settings_beside(tmp_p
       trial['label'] = 'no attention'
   _write(path, json.dumps(manifest))
   text = open(report.write_report(root, plots=False)).read()
-  assert '| no attention | 1/2 (1 failed) | 1/1 | 0.000 | -1.000 ' in text
+  assert '| no attention | 1/2 (1 failed) | 1/1 | 0/1 | 0.000 | – | – | – | – | -1.000 ' in text
   assert '| timing=none |' not in text
   assert 'Variants: no attention: `timing=none`.' in text
   with open(os.path.join(root, 'results.csv')) as f:

@@ -1,7 +1,7 @@
 """Report: the effects of settings: the pooled table (sweep_report.marginal_table) and the
 one-setting-at-a-time table (reporting/effects.py) of a score x timing grid."""
 
-from attnlab.reporting import effects, stats, sweep_results
+from attnlab.reporting import comparisons, effects, stats, sweep_results
 from attnlab.reporting import sweep_report as report
 from attnlab.sweeps.trials import Trial
 
@@ -60,36 +60,47 @@ def test_the_table_tests_each_finished_pair_second_minus_first():
   variants = _grid()
   best = stats.rank(variants, 'wer')
   assert best.label == 'dot,bahdanau'
-  lines = effects.pairs_table(variants, 'wer', best)
-  # Δ is exact-match accuracy of the second minus the first (as in the main table): all right
-  # against all wrong is -1 on every example, so the interval is [-1, -1] and no resample
-  # reaches 0. Beyond seeds: |0.12 - 0.11| = 0.01 is inside the stds 0.014 + 0.014;
-  # |0.51 - 0.12| and |0.25 - 0.11| (stds 0.014 + 0.071) are not.
+  # The family: the best against general, concat (x bahdanau) and dot x luong (general x luong
+  # is not run, none has one seed), and general -> concat, the one pair without the best.
+  adjusted = comparisons.family({'configs/g2p.py': variants}, 'wer')['configs/g2p.py']
+  assert len(adjusted) == 4
+  lines = effects.pairs_table(variants, 'wer', best, adjusted)
+  # Across seeds, WER of the second minus the first. Two seeds of equal spread (std 0.014) on
+  # both sides: se = sqrt(0.0002 / 2 + 0.0002 / 2) = 0.01414, df = 2, where
+  # p = 1 - t / sqrt(t^2 + 2) and t_0.975 = 4.3027: dot -> general t = 0.707, p = 0.553,
+  # 0.010 ± 0.061; dot -> concat t = 28.28, p = 0.00125; general -> concat t = 27.58,
+  # p = 0.00131. dot x luong (std 0.071): se = sqrt(0.0001 + 0.0025), df = 1.08, p = 0.207
+  # (scipy.stats.ttest_ind, equal_var=False). Holm over the 4: 0.00125 x 4 = 0.005,
+  # 0.00131 x 3 = 0.0039 -> 0.005, 0.207 x 2 = 0.414, 0.553 x 1.
+  # Over test examples, exact-match accuracy of the second minus the first: all right against
+  # all wrong is -1 on every example, so the interval is [-1, -1] and no resample reaches 0.
   assert lines[5:] == [
-    '| score | timing=bahdanau | dot → general | 0.110 ± 0.014 → 0.120 ± 0.014 | '
-    '+0.000 [+0.000, +0.000] | 1.000 | no |',
-    '| score | timing=bahdanau | dot → concat | 0.110 ± 0.014 → 0.510 ± 0.014 | '
-    '-1.000 [-1.000, -1.000] | <0.0005 | yes |',
-    '| score | timing=bahdanau | general → concat | 0.120 ± 0.014 → 0.510 ± 0.014 | '
-    '-1.000 [-1.000, -1.000] | <0.0005 | yes |',
-    '| timing | score=dot | bahdanau → luong | 0.110 ± 0.014 → 0.250 ± 0.071 | '
-    '-1.000 [-1.000, -1.000] | <0.0005 | yes |',
+    '| score | timing=bahdanau | dot → general | 0.110 ± 0.014 → 0.120 ± 0.014 | – → – | '
+    '+0.010 [-0.051, +0.071] | 0.553 | 0.553 | not shown | +0.000 [+0.000, +0.000] | 1.000 |',
+    '| score | timing=bahdanau | dot → concat | 0.110 ± 0.014 → 0.510 ± 0.014 | – → – | '
+    '+0.400 [+0.339, +0.461] | 0.001 | 0.005 | beyond seeds | -1.000 [-1.000, -1.000] | '
+    '< 0.001 |',
+    '| score | timing=bahdanau | general → concat | 0.120 ± 0.014 → 0.510 ± 0.014 | – → – | '
+    '+0.390 [+0.329, +0.451] | 0.001 | 0.005 | beyond seeds | -1.000 [-1.000, -1.000] | '
+    '< 0.001 |',
+    '| timing | score=dot | bahdanau → luong | 0.110 ± 0.014 → 0.250 ± 0.071 | – → – | '
+    '+0.140 [-0.405, +0.685] | 0.207 | 0.414 | not shown | -1.000 [-1.000, -1.000] | < 0.001 |',
     '',
     '2 more pair(s) wait for a variant with no finished trial.',
   ]
-  assert lines[4] == '|---|---|---|---|---|---|---|' and 'test wer' in lines[1]
+  assert lines[4] == '|' + '---|' * 11 and 'test wer' in lines[1]
 
 
 def test_no_table_when_the_main_table_already_holds_every_pair():
   variants = _grid()
   best = variants[0]
   # Two variants: their one pair is a comparison with the best.
-  assert effects.pairs_table(variants[:2], 'wer', best) == []
+  assert effects.pairs_table(variants[:2], 'wer', best, {}) == []
   # A pair beside the best exists, but no pair has both variants finished yet.
   general, unrun, dot = variants[1], variants[4], variants[3]  # x bahdanau, x luong, x luong
   found = [(p.first.label, p.second.label) for p in effects.pairs([general, unrun, dot])]
   assert found == [('general,luong', 'dot,luong'), ('general,bahdanau', 'general,luong')]
-  assert effects.pairs_table([general, unrun, dot], 'wer', dot) == []
+  assert effects.pairs_table([general, unrun, dot], 'wer', dot, {}) == []
 
 
 def test_pooled_table_averages_each_setting_over_the_others():

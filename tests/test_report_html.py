@@ -189,10 +189,14 @@ def test_tables_sort_numbers_as_numbers(tmp_path):
     'variant',
     'seeds',
     'converged',
+    'still improving',
     'sequence_accuracy',
     'Δ vs best [95% CI]',
     'p',
-    'beyond seeds',
+    'Holm p',
+    'finding',
+    'Δ test examples [95% CI]',
+    'p test examples',
     'attention_entropy',
     'alignment_error_rate',
     'params',
@@ -202,15 +206,20 @@ def test_tables_sort_numbers_as_numbers(tmp_path):
   ]
   assert [row[0][0] for row in table['rows']] == ['timing=luong', 'timing=bahdanau', 'timing=none']
   none = {h: a.get('data-sort') for h, (_, a) in zip(table['head'], table['rows'][2], strict=True)}
-  # '1/2 (1 failed)', '0.000', '-1.000 [...]', '<0.0005', '–', '–', '–', '800', '1,500', '0m30s'
+  # '1/2 (1 failed)', '1/1', '0/1', '0.000', '–' x 4 (one seed), '-1.000 [...]', '< 0.001', '–',
+  # '–', '800', '1,500', '0m30s', '–'
   assert none == {
     'variant': None,
     'seeds': '1.0',
     'converged': '1.0',
+    'still improving': '0.0',
     'sequence_accuracy': '0.0',
-    'Δ vs best [95% CI]': '-1.0',
-    'p': '0.0005',
-    'beyond seeds': None,
+    'Δ vs best [95% CI]': None,
+    'p': None,
+    'Holm p': None,
+    'finding': None,
+    'Δ test examples [95% CI]': '-1.0',
+    'p test examples': '0.001',
     'attention_entropy': None,
     'alignment_error_rate': None,
     'params': '800.0',
@@ -218,7 +227,7 @@ def test_tables_sort_numbers_as_numbers(tmp_path):
     'wall/trial': '30.0',
     'CPU/trial': None,
   }
-  assert [a.get('data-sort') for _, a in table['rows'][0]][4] is None  # 'best'
+  assert [a.get('data-sort') for _, a in table['rows'][0]][5] is None  # 'best'
   cpu_text, cpu_attrs = table['rows'][1][-1]  # bahdanau: one of two seeds recorded CPU time
   assert (cpu_text, cpu_attrs.get('data-sort')) == ('1m30s (1 of 2)', '90.0')
 

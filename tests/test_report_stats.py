@@ -1,6 +1,6 @@
-"""Report statistics: paired bootstraps (exact match and corpus BLEU), the seed-spread check,
-tests across seeds (Welch's t, Holm's correction, the findings they decide), ranking by the
-selection metric, and BLEU by source length for translation sweeps."""
+"""Report statistics: paired bootstraps (exact match and corpus BLEU), tests across seeds
+(Welch's t, Holm's correction, the findings they decide), ranking by the selection metric, and
+BLEU by source length for translation sweeps."""
 
 import json
 import math
@@ -100,10 +100,20 @@ def test_translation_variants_are_ranked_and_tested_by_bleu():
   assert test['delta'] == pytest.approx(pooled(poor) - pooled(good), abs=1e-9)
 
 
-def test_beyond_seed_spread_compares_the_gap_with_both_stds():
-  assert report_stats.beyond_seed_spread((30.0, 0.4), (31.0, 0.5)) is True  # 1.0 > 0.9
-  assert report_stats.beyond_seed_spread((30.0, 0.5), (31.0, 0.5)) is False  # 1.0 = 1.0
-  assert report_stats.beyond_seed_spread((30.0, None), (35.0, 0.1)) is None  # one seed
+def test_bootstrap_p_values_print_no_finer_than_their_resamples_resolve():
+  # Every paired difference is +1: no resample reaches 0, so p = 0, which with B resamples
+  # means p < 2 / B (twice the share of one resample), not 1 / B.
+  a, b = np.zeros(50), np.ones(50)
+  test = report_stats.paired_bootstrap(a, b, samples=2000)
+  assert (test['p_value'], test['samples']) == (0.0, 2000)
+  assert report_stats.bootstrap_cells(test) == ['+1.000 [+1.000, +1.000]', '< 0.001']
+  few = report_stats.paired_bootstrap(a, b, samples=500)
+  assert report_stats.bootstrap_cells(few)[1] == '< 0.004'
+  # Otherwise p is a multiple of 2 / B, printed as it is.
+  rng = np.random.default_rng(0)
+  noisy = report_stats.paired_bootstrap(rng.random(40) < 0.5, rng.random(40) < 0.6, samples=500)
+  assert 0 < noisy['p_value'] < 1 and (noisy['p_value'] * 500 / 2) % 1 == pytest.approx(0)
+  assert report_stats.bootstrap_cells(noisy)[1] == f'{noisy["p_value"]:.3f}'
 
 
 def test_welch_test_against_the_formulas_by_hand():
@@ -161,6 +171,53 @@ def test_the_finding_follows_the_corrected_p():
   assert seed_tests.finding(0.0500001) == 'not shown'
   assert seed_tests.finding(0.01, still_improving=True) == 'beyond seeds (still improving)'
   assert seed_tests.finding(None) == '–'
+
+
+def _table(lines, first_head):
+  """The rows of the Markdown table whose header starts with `first_head`, as {head: cell}."""
+  start = next(i for i, line in enumerate(lines) if line.startswith(f'| {first_head} |'))
+  head = [c.strip() for c in lines[start].strip('|').split('|')]
+  rows = []
+  for line in lines[start + 2 :]:
+    if not line.startswith('|'):
+      break
+    rows.append(dict(zip(head, [c.strip() for c in line.strip('|').split('|')], strict=True)))
+  return rows
+
+
+def test_no_finding_beyond_seeds_without_a_holm_p_at_most_alpha():
+  """Three variants of one setting, three seeds each, WER by hand: a is best, b lies between.
+  The report tests a-b and a-c (main table) and b-c (the pairs table): three tests, whose
+  Holm p are checked against scipy's Welch p-values corrected here by the formula. a-b and
+  b-c have raw p < 0.05 but not after the correction, so they must read 'not shown'."""
+  wer = {'a': [0.100, 0.110, 0.120], 'b': [0.125, 0.130, 0.145], 'c': [0.150, 0.160, 0.170]}
+  variants = [_variant(x, dict.fromkeys(range(3), {}), dict(enumerate(v))) for x, v in wer.items()]
+  manifest = {'name': 'n', 'experiment': 'e.py'}
+  lines = report.markdown(manifest, {'c.py': variants}, 'auto', {}).splitlines()
+  raw = {
+    pair: scipy_stats.ttest_ind(wer[pair[1]], wer[pair[0]], equal_var=False).pvalue
+    for pair in (('a', 'b'), ('a', 'c'), ('b', 'c'))
+  }
+  order = sorted(raw, key=raw.get)  # Holm: the j-th smallest (from 0) times 3 - j, cumulative
+  adjusted = np.maximum.accumulate([(3 - j) * raw[k] for j, k in enumerate(order)])
+  holm = dict(zip(order, adjusted, strict=True))
+  assert raw['a', 'b'] < 0.05 and raw['b', 'c'] < 0.05 < holm['a', 'b'] == holm['b', 'c']
+  assert holm['a', 'c'] < 0.05
+  main = {row['variant'].removesuffix(' †'): row for row in _table(lines, 'variant')}
+  pairs = {tuple(row['first → second'].split(' → ')): row for row in _table(lines, 'setting')}
+  printed = {('a', 'b'): main['b'], ('a', 'c'): main['c'], ('b', 'c'): pairs['b', 'c']}
+  assert list(pairs) == [('a', 'b'), ('a', 'c'), ('b', 'c')]
+  assert any('(3 test(s))' in line for line in lines)
+  for pair, row in printed.items():
+    assert row['p'] == f'{raw[pair]:.3f}' and row['Holm p'] == f'{holm[pair]:.3f}'
+  for row in [*main.values(), *pairs.values()]:
+    if row['Holm p'] in ('', '–'):
+      assert row['finding'] in ('', '–')  # the best itself
+    else:
+      assert (row['finding'] == 'beyond seeds') == (float(row['Holm p']) <= 0.05), row
+  assert [printed[p]['finding'] for p in raw] == ['not shown', 'beyond seeds', 'not shown']
+  # A pair printed in both tables is one test with one corrected p.
+  assert pairs['a', 'b']['Holm p'] == main['b']['Holm p']
 
 
 def test_pairs_only_shared_seeds_and_examples():

@@ -327,7 +327,7 @@ def test_a_real_sweep_runs_reports_and_skips_finished_trials(tmp_path, monkeypat
   assert failed['status'] == 'failed' and "'gneral' is not valid" in failed['error']
   results = open(os.path.join(workdir, 'results.md')).read()
   assert '4 trials, 3 finished, 1 failed' in results
-  assert '| score=gneral | 0/1 (1 failed) | – | failed |' in results
+  assert '| score=gneral | 0/1 (1 failed) | – | – | failed |' in results
   assert "- `score=gneral,seed=0`: ConfigError: model.attention.score='gneral'" in results
   # The smoke config has no eval split, hence no model selection: convergence is undecided.
   assert '| score=dot † | 2/2 | 0/2 (2 undecided) |' in results

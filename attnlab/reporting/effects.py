@@ -3,8 +3,9 @@
 The pooled table (sweep_report.marginal_table) averages a setting over all the others; here
 each comparison holds the others fixed (dot against general under Bahdanau timing, then under
 Luong timing, ...), so an effect that depends on another setting shows, and a comparison the
-main table leaves out (it tests each variant against the best only) gets its own paired
-bootstrap and seed-spread check (reporting/stats.py).
+main table leaves out (it tests each variant against the best only) gets its own test across
+seeds (reporting/seed_tests.py, Holm-corrected over the report's family: reporting/
+comparisons.py) and its paired bootstrap of test examples (reporting/stats.py).
 """
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ from __future__ import annotations
 import dataclasses
 import itertools
 
+from attnlab.reporting import convergence
 from attnlab.reporting.length_tables import fmt_stat
-from attnlab.reporting.stats import beyond_cell, bootstrap_cells, paired_test
+from attnlab.reporting.seed_tests import comparison_cells
+from attnlab.reporting.stats import bootstrap_cells, paired_test
 from attnlab.reporting.sweep_results import Variant
 from attnlab.sweeps import trials as trials_lib
 
@@ -49,41 +52,63 @@ def pairs(variants: list[Variant]) -> list[Pair]:
   return out
 
 
-def pairs_table(variants: list[Variant], metric: str, best) -> list[str]:
-  """Markdown lines: each `pairs` pair with both variants finished, its paired bootstrap
-  (second minus first, as the main table's Δ) and whether the gap exceeds the seeds. Empty
-  when every pair is a comparison with the best, which the main table already makes."""
+def tested_pairs(variants: list[Variant], best) -> list[Pair]:
+  """The `pairs` that `pairs_table` tests: those with both variants finished, none where every
+  pair is a comparison with the best, which the main table already makes."""
   found = pairs(variants)
   if all(best in (p.first, p.second) for p in found):
     return []
+  return [p for p in found if p.first.finished and p.second.finished]
+
+
+def pairs_table(
+  variants: list[Variant], metric: str, best, adjusted: dict[frozenset[str], float]
+) -> list[str]:
+  """Markdown lines: each of the `tested_pairs`, second minus first (as the main table's Δ),
+  across seeds (`adjusted`: the Holm p of each pair of labels) and over test examples. Empty
+  when there is none."""
+  tested = tested_pairs(variants, best)
+  if not tested:
+    return []
   short = trials_lib.short_keys(dict.fromkeys(k for v in variants for k in v.overrides))
+  head = [
+    'setting',
+    'held',
+    'first → second',
+    metric,
+    'still improving',
+    'Δ [95% CI]',
+    'p',
+    'Holm p',
+    'finding',
+    'Δ test examples [95% CI]',
+    'p test examples',
+  ]
   lines = [
     '',
     'One setting at a time (pairs of variants that differ in that setting alone, the others '
-    f'held; test {metric}; Δ: the second minus the first, measured as in the main table, on '
-    'the seeds both finished):',
+    f'held; test {metric}; Δ: the second minus the first, across seeds and, measured as in the '
+    'main table, over the test examples of the seeds both finished):',
     '',
-    f'| setting | held | first → second | {metric} | Δ [95% CI] | p | beyond seeds |',
-    '|---|---|---|---|---|---|---|',
+    '| ' + ' | '.join(head) + ' |',
+    '|' + '---|' * len(head),
   ]
-  waiting = 0
-  for p in found:
-    if not (p.first.finished and p.second.finished):
-      waiting += 1
-      continue
-    a, b = p.first.stat(metric), p.second.stat(metric)
+  for p in tested:
     held = ', '.join(f'{short[k]}={value}' for k, value in p.held) or '–'
+    improving = [
+      convergence.improving_cell([c for _, c in v.verdicts()]) for v in (p.first, p.second)
+    ]
     cells = [
       short[p.key],
       held,
       f'{_value(p.first, p.key)} → {_value(p.second, p.key)}',
-      f'{fmt_stat(a)} → {fmt_stat(b)}',
+      f'{fmt_stat(p.first.stat(metric))} → {fmt_stat(p.second.stat(metric))}',
+      ' → '.join(improving),
+      *comparison_cells(p.first, p.second, metric, adjusted),
       *bootstrap_cells(paired_test(p.first, p.second, metric)),
-      beyond_cell(a, b),
     ]
     lines.append('| ' + ' | '.join(cells) + ' |')
-  if len(lines) == 5:  # no pair has both variants finished yet
-    return []
+  waiting = len(pairs(variants)) - len(tested)
   if waiting:
     lines += ['', f'{waiting} more pair(s) wait for a variant with no finished trial.']
   return lines

@@ -103,3 +103,21 @@ def seed_cells(test: dict | None, adjusted_p: float | None, still_improving: boo
     finding(adjusted_p, still_improving),
   ]
 
+
+def variant_test(first, second, metric: str) -> dict | None:
+  """`welch_test` of variant `second` against `first` (sweep_results.Variant) on the test
+  `metric` of all their finished seeds."""
+  return welch_test(first.values(metric), second.values(metric))
+
+
+def comparison_cells(
+  first, second, metric: str, adjusted: dict[frozenset[str], float]
+) -> list[str]:
+  """`seed_cells` of `second` against `first`; `adjusted`: the Holm p of each pair of labels in
+  the report's family (reporting/comparisons.py)."""
+  improving = any(c.still_improving for v in (first, second) for _, c in v.verdicts())
+  return seed_cells(
+    variant_test(first, second, metric),
+    adjusted.get(frozenset((first.label, second.label))),
+    improving,
+  )

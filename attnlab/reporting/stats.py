@@ -1,12 +1,12 @@
-"""Which variant is best, and is the difference real: ranking and paired bootstrap tests.
+"""Which variant is best, and how much of a gap is test-set noise: ranking and paired bootstraps.
 
 Variants (reporting/sweep_report.py) are compared with the best one of their group on the test
 split, paired by seed and example index: a synthetic task's test set depends on the seed, and
 the same seed gives every variant the same examples. The paired bootstrap (Koehn 2004)
 resamples those pairs with replacement: per-example exact-match correctness, or, where the
 variants are ranked by BLEU, corpus BLEU of the resampled sentences (its statistics summed, as
-BLEU is not a mean over sentences). Beside it, `beyond_seed_spread` says whether two variants'
-means differ by more than their seed standard deviations added.
+BLEU is not a mean over sentences). The models stay fixed, so it measures test-set noise, not
+training variance; the test across seeds is reporting/seed_tests.py's.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ def paired_bootstrap(a, b, *, samples: int = BOOTSTRAP_SAMPLES, seed: int = 0) -
   """Paired bootstrap of mean(b) - mean(a) over examples (0/1 or real per-example scores).
 
   Returns {'delta', 'ci_low', 'ci_high' (95% percentile interval), 'p_value' (two-sided: twice
-  the smaller share of resampled differences on either side of zero, at most 1), 'n'}.
+  the smaller share of resampled differences on either side of zero, at most 1), 'n',
+  'samples'}.
   """
   a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
   if a.shape != b.shape or a.ndim != 1 or not a.size:
@@ -70,31 +71,25 @@ def _summary(delta: float, resampled, n: int) -> dict:
     'ci_high': float(high),
     'p_value': float(p),
     'n': int(n),
+    'samples': len(resampled),
   }
 
 
-def beyond_seed_spread(a: tuple[float, float | None], b: tuple[float, float | None]) -> bool | None:
-  """Whether two (mean, seed std) differ by more than the stds added (their mean +- std ranges
-  do not overlap); None when either has a single seed."""
-  if a is None or b is None or a[1] is None or b[1] is None:
-    return None
-  return abs(a[0] - b[0]) > a[1] + b[1]
+def p_resolution(samples: int) -> float:
+  """The smallest non-zero bootstrap p of `samples` resamples: twice one resample's share."""
+  return 2.0 / samples
 
 
 def bootstrap_cells(test: dict | None) -> list[str]:
-  """A report's 'Δ [95% CI]' and 'p' cells for a `paired_test` result ('–' and '' without)."""
+  """A report's 'Δ [95% CI]' and 'p' cells for a `paired_test` result ('–' and '' without);
+  a p of 0 reads '< ' the resolution its resamples give, as no finer p can be told apart."""
   if not test:
     return ['–', '']
   p = test['p_value']
   return [
     f'{test["delta"]:+.3f} [{test["ci_low"]:+.3f}, {test["ci_high"]:+.3f}]',
-    f'<{1 / BOOTSTRAP_SAMPLES:.4f}' if p == 0 else f'{p:.3f}',
+    f'< {p_resolution(test["samples"]):.2g}' if p == 0 else f'{p:.3f}',
   ]
-
-
-def beyond_cell(a, b) -> str:
-  """A report's 'beyond seeds' cell for two (mean, seed std): yes, no, or '–' (one seed)."""
-  return {True: 'yes', False: 'no'}.get(beyond_seed_spread(a, b), '–')
 
 
 def paired_correctness(best, other) -> tuple[list[bool], list[bool]]:

@@ -8,16 +8,19 @@ the seed. Per variant, on the test split: the metric as mean +- sample std over 
 how many seeds converged, other decoded metrics (PER, WER, BLEU, chrF when the task has them),
 attention entropy and alignment error rate, parameter count, training tokens/s (median over
 logging windows after the first, which includes compilation) and wall time per trial. Failed
-trials are marked. Convergence (reporting/convergence.py): per trial, did early stopping fire
-or its dev selection metric stop moving over the last quarter, and was it tested with its best
-checkpoint; a variant with a trial that did not converge is marked and named under its table.
+trials are marked. Convergence (reporting/convergence.py): per trial, what ended it (patience,
+the learning-rate floor, the step cap), was it still improving over the last quarter, did it
+converge, and was it tested with its best checkpoint; a variant with a trial that did not
+converge is marked and named under its table.
 
-Significance (reporting/stats.py): each variant against the best one of its group by a
-paired bootstrap of per-example exact-match correctness, read from each trial's
-predictions_test.jsonl ({"index": i, "correct": true} per line), or of corpus BLEU of its
-"hypothesis" and "references" where the group is ranked by BLEU; and whether the gap between
-the means exceeds the two seed stds added. The same test for each pair of variants that differ
-in one setting alone, the others held (reporting/effects.py). Plots
+Significance, each variant against the best one of its group and each pair of variants that
+differ in one setting alone, the others held (reporting/effects.py): across seeds, Welch's
+t-test on the trials' test metric (reporting/seed_tests.py), Holm-corrected over the report's
+family (reporting/comparisons.py), whose adjusted p gives the finding; and over test examples
+(test-set noise, reporting/stats.py), a paired bootstrap of per-example exact-match
+correctness, read from each trial's predictions_test.jsonl ({"index": i, "correct": true} per
+line), or of corpus BLEU of its "hypothesis" and "references" where the group is ranked by
+BLEU. Plots
 (reporting/plots.py) go to DIR/plots/. DIR/report.html (reporting/html.py) is results.md
 as one self-contained page: sortable tables, the plots inline, hoverable attention heatmaps.
 """
@@ -32,13 +35,14 @@ import os
 import numpy as np
 
 from attnlab.metrics import is_number, lower_is_better
-from attnlab.reporting import convergence, effects, html, html_heatmaps
+from attnlab.reporting import comparisons, convergence, effects, html, html_heatmaps
 from attnlab.reporting import plots as report_plots
 from attnlab.reporting.length_tables import by_length_table, fmt_stat
+from attnlab.reporting.seed_tests import ALPHA, comparison_cells, finding, variant_test
 from attnlab.reporting.stats import (
   BOOTSTRAP_SAMPLES,
-  beyond_cell,
   bootstrap_cells,
+  p_resolution,
   primary_metric,
   rank,
   significance,
@@ -67,9 +71,25 @@ def _columns(variants: list[Variant], metric: str) -> list[str]:
   return [metric] + extras
 
 
-def group_table(variants: list[Variant], metric: str, best, tests) -> list[str]:
+def group_table(
+  variants: list[Variant], metric: str, best, tests, adjusted: dict[frozenset[str], float]
+) -> list[str]:
+  """The main table: each variant, against `best` across seeds (`adjusted`: the Holm p of each
+  pair of labels) and over test examples (`tests`: `significance`)."""
   columns = _columns(variants, metric)
-  head = ['variant', 'seeds', 'converged', columns[0], 'Δ vs best [95% CI]', 'p', 'beyond seeds']
+  head = [
+    'variant',
+    'seeds',
+    'converged',
+    'still improving',
+    columns[0],
+    'Δ vs best [95% CI]',
+    'p',
+    'Holm p',
+    'finding',
+    'Δ test examples [95% CI]',
+    'p test examples',
+  ]
   head += columns[1:]
   head += ['params', 'tokens/s', 'wall/trial', 'CPU/trial']
   lines = ['| ' + ' | '.join(head) + ' |', '|' + '---|' * len(head)]
@@ -78,12 +98,18 @@ def group_table(variants: list[Variant], metric: str, best, tests) -> list[str]:
     if v.failed:
       seeds += f' ({len(v.failed)} failed)'
     verdicts = [c for _, c in v.verdicts()]
-    cells = [v.shown_label, seeds, convergence.count_cell(verdicts), fmt_stat(v.stat(columns[0]))]
+    cells = [
+      v.shown_label,
+      seeds,
+      convergence.count_cell(verdicts),
+      convergence.improving_cell(verdicts),
+      fmt_stat(v.stat(columns[0])),
+    ]
     if v is best:
-      cells += ['best', '', '']
+      cells += ['best', '', '', '', '', '']
     else:
+      cells += comparison_cells(best, v, columns[0], adjusted) if best else ['–'] * 4
       cells += bootstrap_cells(tests.get(v.label))
-      cells.append(beyond_cell(v.stat(columns[0]), best.stat(columns[0])) if best else '–')
     cells += [fmt_stat(v.stat(m)) for m in columns[1:]]
     params = sorted(
       {
@@ -104,7 +130,7 @@ def group_table(variants: list[Variant], metric: str, best, tests) -> list[str]:
       cpu,
     ]
     if not v.finished:
-      cells[3] = 'failed' if v.failed else 'not run'
+      cells[4] = 'failed' if v.failed else 'not run'
     lines.append('| ' + ' | '.join(cells) + ' |')
   return lines
 
@@ -198,10 +224,34 @@ def provenance_lines(variants: list[Variant]) -> list[str]:
   return lines
 
 
+def family_lines(size: int) -> list[str]:
+  """What the tables' tests are, for the report's introduction; `size`: the family's tests."""
+  return [
+    'Across seeds (the unit of evidence: one test metric per trained model): Δ vs best is the '
+    "variant's mean minus the best's in the table's metric, with a 95% interval and two-sided "
+    "p from Welch's t-test over all finished seeds of each (Welch–Satterthwaite degrees of "
+    "freedom; '–' with one seed on a side). Holm p: p corrected by Holm's step-down method over "
+    "this report's family, every test across seeds it prints: each variant against its "
+    "group's best and each pair of the one-setting-at-a-time tables, a pair printed in both "
+    f"counted once ({size} test(s)). Finding: 'beyond seeds' where the Holm p is at most "
+    f"{ALPHA:g}, else 'not shown'; '(still improving)' where a trial of either variant was "
+    'still improving (Convergence below), so the gap may measure learning speed.',
+    '',
+    'Test examples (test-set noise: the same models on other test examples, not training '
+    "variance): Δ is exact-match accuracy minus the best variant's (on G2P 1 - WER, so a "
+    "negative Δ is that many more words wrong; corpus BLEU minus the best's where variants are "
+    'ranked by BLEU), with a 95% interval and two-sided p from a paired bootstrap '
+    f'({BOOTSTRAP_SAMPLES} resamples of test examples, paired by seed and example; p is twice '
+    'the smaller share of resampled differences on a side of zero, so it resolves to '
+    f'{p_resolution(BOOTSTRAP_SAMPLES):g}).',
+  ]
+
+
 def markdown(
   manifest: dict, groups: dict[str, list[Variant]], metric: str, plots: dict[str, dict[str, str]]
 ) -> str:
   results = [r for vs in groups.values() for v in vs for r in v.results]
+  adjusted = comparisons.family(groups, metric)
   counts = {s: sum(r.state == s for r in results) for s in ('finished', 'failed')}
   unfinished = len(results) - counts['finished'] - counts['failed']
   lines = [
@@ -211,12 +261,9 @@ def markdown(
     f'{len(results)} trials, {counts["finished"]} finished, {counts["failed"]} failed, '
     f'{unfinished} not finished.',
     '',
-    'Test split. Metrics: mean ± std over finished seeds. Δ: exact-match accuracy minus '
-    "the best variant's (on G2P 1 - WER, so a negative Δ is that many more words wrong; "
-    "corpus BLEU minus the best's where variants are ranked by BLEU), "
-    f'with a 95% interval and two-sided p-value from a paired bootstrap ({BOOTSTRAP_SAMPLES} '
-    'resamples of test examples, paired by seed and example). Beyond seeds: the means differ '
-    'by more than the two seed stds added (their mean ± std ranges do not overlap).',
+    'Test split. Metrics: mean ± std over finished seeds.',
+    '',
+    *family_lines(sum(len(tests) for tests in adjusted.values())),
     '',
     convergence.rule(),
     '',
@@ -229,12 +276,12 @@ def markdown(
     tests = significance(variants, best, ranked_by)
     order = 'lower' if lower_is_better(ranked_by) else 'higher'
     lines += ['', f'## {group}', '', f'Best by test {ranked_by} ({order} is better).', '']
-    lines += group_table(variants, ranked_by, best, tests)
+    lines += group_table(variants, ranked_by, best, tests, adjusted[group])
     named = [v for v in variants if v.label != v.settings]
     if named:
       lines += ['', 'Variants: ' + '; '.join(f'{v.label}: `{v.settings}`' for v in named) + '.']
     lines += marginal_table(variants, ranked_by)
-    lines += effects.pairs_table(variants, ranked_by, best)
+    lines += effects.pairs_table(variants, ranked_by, best, adjusted[group])
     flag = convergence.flag_line([(v.label, v.verdicts()) for v in variants])
     if flag:
       lines += ['', flag]
@@ -266,8 +313,10 @@ def markdown(
 
 
 def csv_text(groups: dict[str, list[Variant]], metric: str) -> str:
-  """One row per variant: every scalar test metric's mean and std, cost, significance."""
+  """One row per variant: every scalar test metric's mean and std, cost, significance against
+  the best over test examples (delta_vs_best ... p_value) and across seeds (seed_...)."""
   variants = [v for vs in groups.values() for v in vs]
+  adjusted = comparisons.family(groups, metric)
   names = sorted(
     {k for v in variants for r in v.finished for k, x in r.test.items() if is_number(x)}
   )
@@ -277,13 +326,16 @@ def csv_text(groups: dict[str, list[Variant]], metric: str) -> str:
   head += ['delta_vs_best', 'ci_low', 'ci_high']
   head += ['p_value', 'seeds_converged', 'seeds_undecided', 'seeds_tested_on_best']
   head += ['max_movement_points']  # the largest last-quarter movement of its trials
+  head += ['seeds_still_improving', 'seed_delta_vs_best', 'seed_ci_low', 'seed_ci_high']
+  head += ['seed_p_value', 'seed_holm_p_value', 'finding']
   out = io.StringIO()
   writer = csv.writer(out, lineterminator='\n')
   writer.writerow(head)
   num = lambda x: '' if x is None else f'{x:.6g}'
   for group, vs in groups.items():
     ranked_by = primary_metric(vs, metric)
-    tests = significance(vs, rank(vs, ranked_by), ranked_by)
+    best = rank(vs, ranked_by)
+    tests = significance(vs, best, ranked_by)
     for v in vs:
       row = [group, v.label, v.settings, ranked_by, len(v.finished), len(v.failed)]
       for m in names:
@@ -307,7 +359,12 @@ def csv_text(groups: dict[str, list[Variant]], metric: str) -> str:
         sum(c.verdict == convergence.UNDECIDED for c in verdicts),
         sum(c.tested_on_best for c in verdicts),
         num(max(moved)) if moved else '',
+        sum(bool(c.still_improving) for c in verdicts),
       ]
+      seed = variant_test(best, v, ranked_by) if best and v is not best else None
+      holm_p = adjusted[group].get(frozenset((v.label, best.label))) if seed else None
+      row += [num((seed or {}).get(k)) for k in ('delta', 'ci_low', 'ci_high', 'p_value')]
+      row += [num(holm_p), finding(holm_p) if seed else '']
       writer.writerow(row)
   return out.getvalue()
 
