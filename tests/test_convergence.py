@@ -101,12 +101,12 @@ def test_the_threshold_is_strict(anchor, end, verdict):
   assert c.verdict == verdict
 
 
-def test_early_stopping_is_convergence():
+def test_an_early_stop_on_a_flat_curve_is_convergence():
   # Best at 3,000; patience 3 stopped the run at 6,000 (no improvement at 4, 5 and 6 thousand).
   curve = {1000: 0.5, 2000: 0.4, 3000: 0.35, 4000: 0.36, 5000: 0.37, 6000: 0.355}
   final = _final('wer', 3000, 6000, stopped_early=True, patience=3)
   c = assess(final, _events('wer', curve))
-  assert c.verdict == EARLY_STOPPED and c.converged and c.early_stopped
+  assert c.verdict == CONVERGED and c.converged and c.early_stopped
   assert (c.ended_by, c.evaluations_after_best) == (PATIENCE, 3)
   assert c.last_step == 6000 and c.window == (4000, 6000) and c.movement == 0.0
   assert c.reason == (
@@ -157,30 +157,29 @@ def test_how_a_run_ended_is_read_from_the_evaluations_after_its_best():
   assert unknown.ended_by is None and convergence.trial_row('v', 0, unknown)[4] == 'early stop'
 
 
-def test_an_early_stop_while_still_improving_is_named():
+def test_an_early_stop_while_still_improving_is_not_convergence():
   # The plateau floor stopped a slow learner one evaluation after its best: best-so-far
   # sequence accuracy 0.40 at 6,000 (the last evaluation at or before 0.75 x 8,000), 0.45 at
-  # 8,000: 5 points moved. Early stopping counts as convergence; the report says it was still
-  # improving.
+  # 8,000: 5 points moved. The stop proves no plateau: not converged, still improving.
   curve = {2000: 0.2, 4000: 0.3, 6000: 0.40, 7000: 0.45, 8000: 0.44}
   final = _final('sequence_accuracy', 7000, 8000, stopped_early=True, patience=3)
   c = assess(final, _events('sequence_accuracy', curve))
-  assert c.verdict == EARLY_STOPPED and c.converged and c.still_improving
+  assert c.verdict == NOT_CONVERGED and not c.converged and c.still_improving
   assert c.movement == pytest.approx(5.0) and c.ended_by == FLOOR
-  assert c.reason.endswith('(steps 6,000-8,000): still improving')
+  assert c.reason.endswith('(steps 6,000-8,000), not under 0.3: still improving')
   row = convergence.trial_row('v', 0, c)
   assert row[4:] == [
     'learning-rate floor (1 evaluation after the best)',
     '5.00 (6,000-8,000)',
     'yes',
     'yes',
-    'early stopped',
+    'not converged',
   ]
-  # 0.29 points is flat: no mention.
+  # 0.29 points is flat: converged, no mention.
   flat = {2000: 0.2, 4000: 0.3, 6000: 0.40, 7000: 0.4029, 8000: 0.4}
   c = assess(final, _events('sequence_accuracy', flat))
   assert c.still_improving is False and not c.reason.endswith('still improving')
-  assert convergence.trial_row('v', 0, c)[6:] == ['no', 'yes', 'early stopped']
+  assert convergence.trial_row('v', 0, c)[6:] == ['no', 'yes', 'converged']
 
 
 def test_too_few_evaluations_in_the_last_quarter_is_undecided():

@@ -194,8 +194,9 @@ Ended by: patience (train.patience dev evaluations in a row without a gain), the
 floor (the next plateau cut would go below optim.plateau_min_scale) or the step cap \
 (train.num_steps). Still improving: the best-so-far dev selection metric moved at least 0.3 \
 points (percentage points for rates, BLEU/chrF points) over the last 25% of training, however \
-the run ended. Converged: stopped by patience or the learning-rate floor, or not still \
-improving. Tested on best: the test split was evaluated with the trial's best dev checkpoint.
+the run ended. Converged: not still improving (where too few evaluations fall in that part to \
+tell: stopped by patience or the learning-rate floor). Tested on best: the test split was \
+evaluated with the trial's best dev checkpoint.
 
 Compute: 5 finished trial(s), 6m20s of trial wall time, 3m30s of CPU time (1m10s per trial; 3 \
 of them recorded it). Wall/trial and CPU/trial below are means over finished seeds. Machines: \

@@ -11,8 +11,9 @@ stopped it is told by the evaluations after the selected step in metrics.jsonl: 
 exhausted), fewer the floor. So archived runs are read as they are.
 
 A run is still improving when its dev selection metric moved at least CONVERGENCE_POINTS over
-the last LAST_FRACTION of training, however it ended. It converged when it stopped early (by
-patience or the floor), or when it was not still improving. The movement is taken on the
+the last LAST_FRACTION of training, however it ended; it converged when it was not still
+improving. Only where the last quarter holds too few evaluations to measure a movement does a
+stop by patience or the floor count as converged (EARLY_STOPPED). The movement is taken on the
 best-so-far curve in the metric's direction, i.e. on what model selection would pick:
 
     movement = |best_so_far(last evaluation) - best_so_far(last evaluation <= 0.75 x last step)|
@@ -202,14 +203,13 @@ def assess(final: dict | None, events: Iterable[dict]) -> Convergence:
     f'{DEV} {metric} moved {movement:.2f} points over the last quarter '
     f'(steps {window[0]:,}-{window[1]:,})'
   )
-  if early:
-    verdict, why = EARLY_STOPPED, f'{stop}; {span}'
-    if movement >= CONVERGENCE_POINTS:
-      why += ': still improving'
-  elif movement < CONVERGENCE_POINTS:
-    verdict, why = CONVERGED, span
+  # A stop by patience or the floor is no proof of a plateau: the floor often ends a run one or
+  # two evaluations after a gain. The movement decides wherever there is one.
+  why = f'{stop}; {span}' if early else span
+  if movement < CONVERGENCE_POINTS:
+    verdict = CONVERGED
   else:
-    verdict, why = NOT_CONVERGED, f'{span}, not under {CONVERGENCE_POINTS}: still improving'
+    verdict, why = NOT_CONVERGED, f'{why}, not under {CONVERGENCE_POINTS}: still improving'
   return Convergence(verdict, why, movement, window, in_window, **facts)
 
 
@@ -306,7 +306,8 @@ def rule() -> str:
     f'{FLOOR} (the next plateau cut would go below optim.plateau_min_scale) or the {STEP_CAP} '
     f'(train.num_steps). Still improving: the best-so-far {DEV} selection metric moved at '
     f'least {CONVERGENCE_POINTS} points (percentage points for rates, BLEU/chrF points) over '
-    f'the last {LAST_FRACTION:.0%} of training, however the run ended. Converged: stopped by '
-    f'{PATIENCE} or the {FLOOR}, or not still improving. Tested on best: the test split was '
+    f'the last {LAST_FRACTION:.0%} of training, however the run ended. Converged: not still '
+    f'improving (where too few evaluations fall in that part to tell: stopped by {PATIENCE} or '
+    f'the {FLOOR}). Tested on best: the test split was '
     f"evaluated with the trial's best {DEV} checkpoint."
   )
