@@ -14,7 +14,7 @@ ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
 
 # From the ground up. The commands (attnlab/main.py, decode.py, ...) stand above every room.
 LAYERS = (
-  ('errors', 'tokens', 'cli'),
+  ('errors', 'tokens', 'cli', 'storage'),
   ('metrics', 'bleu_scores', 'runtime.logs'),
   ('config.fields', 'config.model'),
   ('models',),
