@@ -31,6 +31,7 @@ from collections.abc import Iterable, Sequence
 
 import sentencepiece as spm
 
+from attnlab import storage
 from attnlab.data.tasks import DataError
 from attnlab.data.vocab import SPECIAL_TOKENS, Vocab
 from attnlab.tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
@@ -126,22 +127,21 @@ class SentencePieceVocab:
     return cls(base64.b64decode(data['model']))
 
   def save(self, path: str | os.PathLike) -> None:
-    with open(path, 'w', encoding='utf-8') as f:
-      json.dump(self.to_json(), f)
+    """Writes the model into the file `path` (local or a bucket's: attnlab/storage.py)."""
+    storage.write_text(path, json.dumps(self.to_json()))
 
 
 def load_vocab(path: str | os.PathLike) -> Vocab | SentencePieceVocab:
   """Reads a vocabulary file written by `Vocab.save` or `SentencePieceVocab.save`; a file that
   is not one (damaged, truncated, another kind of JSON) raises DataError naming it."""
   try:
-    with open(path, encoding='utf-8') as f:
-      data = json.load(f)
+    data = json.loads(storage.read_text(path))
   except json.JSONDecodeError as e:
     raise DataError(f'vocabulary file {path} is not valid JSON ({e})') from None
   except UnicodeDecodeError as e:
     raise DataError(f'vocabulary file {path} is not UTF-8 text (byte {e.start + 1})') from None
   except OSError as e:
-    raise DataError(f'vocabulary file {path} cannot be read ({e.strerror})') from None
+    raise DataError(f'vocabulary file {path} cannot be read ({e.strerror or e})') from None
   if not isinstance(data, dict) or not isinstance(data.get('mode'), str):
     raise DataError(f"vocabulary file {path} is not one attnlab wrote: no 'mode' key in a JSON "
                     f'object (it holds {type(data).__name__} {str(data)[:40]!r})')

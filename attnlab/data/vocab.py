@@ -12,6 +12,7 @@ import json
 import os
 from collections.abc import Iterable, Sequence
 
+from attnlab import storage
 from attnlab.tokens import BOS_ID, EOS_ID, NUM_SPECIAL_TOKENS, PAD_ID, UNK_ID
 
 SPECIAL_TOKENS = ('<pad>', '<bos>', '<eos>', '<unk>')
@@ -128,10 +129,9 @@ class Vocab:
     return cls(data['symbols'], data['mode'])
 
   def save(self, path: str | os.PathLike) -> None:
-    with open(path, 'w', encoding='utf-8') as f:
-      json.dump(self.to_json(), f, ensure_ascii=False, indent=1)
+    """Writes the vocabulary to the file `path` (local or a bucket's: attnlab/storage.py)."""
+    storage.write_text(path, json.dumps(self.to_json(), ensure_ascii=False, indent=1))
 
   @classmethod
   def load(cls, path: str | os.PathLike) -> Vocab:
-    with open(path, encoding='utf-8') as f:
-      return cls.from_json(json.load(f))
+    return cls.from_json(json.loads(storage.read_text(path)))

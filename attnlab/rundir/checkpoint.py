@@ -60,6 +60,7 @@ from absl import logging
 from etils import epath
 from jax.experimental import multihost_utils
 
+from attnlab import storage
 from attnlab.errors import UserError
 from attnlab.rundir import damage
 from attnlab.runtime import logs
@@ -105,7 +106,7 @@ class Checkpointer:
     if not isinstance(save_interval_steps, int) or save_interval_steps < 1:
       raise ValueError(f'save_interval_steps={save_interval_steps!r} must be a positive integer')
     path = epath.Path(directory)
-    if not path.is_absolute() and '://' not in str(directory):
+    if not path.is_absolute() and not storage.is_remote(directory):
       path = epath.Path(path.resolve())
     self.directory = path
     self._async, self._read_only = async_save, read_only

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 
+from etils import epath
+
 from attnlab.config.run import SELECT_SPLIT
 from attnlab.rundir import layout
 
@@ -78,8 +80,8 @@ def result_line(split: str, step: int, metrics: dict, selection, stopped_at: int
 
 
 def files_line(workdir: str, *, log: str) -> str:
-  """Where the run's files are, as they exist on disk."""
-  names = sorted(os.listdir(workdir))
+  """Where the run's files are, as they exist on disk (or in the bucket)."""
+  names = sorted(p.name for p in epath.Path(workdir).iterdir())
   files = (layout.FINAL_METRICS_FILE, layout.METRICS_FILE, layout.CONFIG_FILE)
   parts = [n for n in files if n in names]
   latest = layout.saved_steps(workdir)

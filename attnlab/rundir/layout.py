@@ -3,14 +3,20 @@
 A run directory (`--workdir`) holds config.json, the vocabularies, metrics.jsonl, checkpoints/
 (the latest few and best/), samples/, attention/, predictions_<split>.jsonl, final_metrics.json,
 run_times.jsonl, train.log and tensorboard/ (docs/running.md lists them). A sweep archive keeps
-a trial's large text files gzip-compressed (attnlab/sweeps/archive.py).
+a trial's large text files gzip-compressed (attnlab/sweeps/archive.py). The folder may be a
+bucket's (gs://bucket/run): the readers here go through etils.epath (attnlab/storage.py).
 """
 
 from __future__ import annotations
 
 import datetime
 import gzip
+import io
 import os
+
+from etils import epath
+
+from attnlab import storage
 
 CONFIG_FILE = 'config.json'
 CONFIG_CHANGES = 'config_changes.jsonl'
@@ -29,6 +35,9 @@ RUN_IN_PROGRESS = 'run_time_current.json'
 # NAME.gz: `open_text` reads either form.
 COMPRESSED = '.gz'
 LOCK_FILE = '.lock'  # held (flock) by the process that trains in the workdir; {pid, host}
+# On an object store, where a step folder cannot be renamed into place, orbax marks a finished
+# save with this file in it.
+ORBAX_COMMIT_FILE = 'commit_success.txt'
 SAMPLES = 'samples'  # decoded examples of each eval: samples/<split>_step<N>.txt
 ATTENTION = 'attention'  # heatmaps of each eval: attention/<split>_step<N>_ex<I>.png and .npz
 EVALUATIONS = 'evaluations'  # attnlab.evaluate's results: evaluations/<settings>/
@@ -53,7 +62,10 @@ def log_path(workdir: str, process_index: int) -> str:
 
 def file_on_the_way(path: str) -> str | None:
   """The existing file that `path` would pass through (FILE in FILE/run), if any: no run
-  directory, report or sweep folder can be made there."""
+  directory, report or sweep folder can be made there. None for a URL: a bucket has no files
+  on the way, only names with slashes."""
+  if storage.is_remote(path):
+    return None
   head = os.path.dirname(os.path.abspath(path))
   while head != os.path.dirname(head):
     if os.path.lexists(head) and not os.path.isdir(head):
@@ -72,10 +84,14 @@ def open_text(path: str):
   COMPRESSED where a sweep archive keeps it (a trial restored from one keeps it so too). Bad
   bytes read as U+FFFD, as from a line cut by an interruption. FileNotFoundError when neither
   exists. Every reader of a run's metrics.jsonl, predictions and sweep log goes through here."""
-  if os.path.isfile(path):
-    return open(path, encoding='utf-8', errors='replace')  # noqa: SIM115 - the caller closes it
-  if os.path.isfile(path + COMPRESSED):
-    return gzip.open(path + COMPRESSED, 'rt', encoding='utf-8', errors='replace')
+  if epath.Path(path).is_file():
+    return storage.open_text(path, errors='replace')
+  compressed = path + COMPRESSED
+  if storage.is_remote(compressed) and epath.Path(compressed).is_file():
+    text = gzip.decompress(epath.Path(compressed).read_bytes())
+    return io.StringIO(text.decode('utf-8', errors='replace'), newline=None)
+  if os.path.isfile(compressed):
+    return gzip.open(compressed, 'rt', encoding='utf-8', errors='replace')
   raise FileNotFoundError(f'no {path} (nor {path}{COMPRESSED})')
 
 
@@ -85,8 +101,14 @@ def checkpoint_dir(workdir: str) -> str:
 
 def saved_steps(workdir: str, *, best: bool = False) -> list[int]:
   """Checkpoint steps on disk, ascending: the numeric folders of RUN/checkpoints (finished
-  saves; orbax writes into a temporary name first), or of RUN/checkpoints/best."""
-  folder = checkpoint_dir(workdir)
+  saves: orbax writes into a temporary name first, or, on an object store, into the step's own
+  folder, marked finished by ORBAX_COMMIT_FILE), or of RUN/checkpoints/best."""
+  folder = epath.Path(checkpoint_dir(workdir))
   if best:
-    folder = os.path.join(folder, 'best')
-  return sorted(int(n) for n in os.listdir(folder) if n.isdigit()) if os.path.isdir(folder) else []
+    folder = folder / 'best'
+  if not folder.is_dir():
+    return []
+  steps = [p for p in folder.iterdir() if p.name.isdigit()]
+  if storage.is_remote(folder):
+    steps = [p for p in steps if (p / ORBAX_COMMIT_FILE).exists()]
+  return sorted(int(p.name) for p in steps)

@@ -4,6 +4,11 @@ One training process at a time: `RunLock` holds an exclusive `flock` on WORKDIR/
 whole run, and a second process on the same workdir is refused, naming the holder's pid and host
 (which the file records), before it reads or writes anything else. The kernel drops the lock
 when its process dies, however it dies, so a file left by a killed run never blocks a resume.
+
+An object store (--workdir=gs://bucket/run) has no locks, and a lock object of its own would
+outlive a killed run and block its resume. There the holder's record is written all the same,
+as a check that the bucket takes the run's files, and a warning says that nothing stops a second
+process: it is up to the user (or the scheduler) to start one training per workdir.
 """
 
 from __future__ import annotations
@@ -15,9 +20,9 @@ import json
 import logging
 import os
 import socket
-import tempfile
 import time
 
+from attnlab import storage
 from attnlab.errors import UserError
 from attnlab.rundir.layout import LOCK_FILE, file_on_the_way, now
 
@@ -60,6 +65,11 @@ class RunLock:
       raise UserError('--workdir is empty; name the folder of the run, e.g. '
                       '--workdir=runs/reverse')
     self.path = os.path.join(workdir, LOCK_FILE)
+    self._fd = None
+    record = {'pid': os.getpid(), 'host': socket.gethostname(), 'since': now()}
+    if storage.is_remote(workdir):
+      self._record_without_lock(workdir, record)
+      return
     try:
       os.makedirs(workdir, exist_ok=True)
       # O_RDWR without O_TRUNC: a refused process leaves the holder's record as it is.
@@ -80,15 +90,22 @@ class RunLock:
         raise
       logging.warning('%s cannot be locked (%s): nothing stops a second process from training '
                       'in %s at the same time', self.path, e.strerror, workdir)
-    record = {'pid': os.getpid(), 'host': socket.gethostname(), 'since': now()}
     try:
       os.ftruncate(self._fd, 0)
       os.pwrite(self._fd, json.dumps(record).encode(), 0)
-      with tempfile.TemporaryFile(dir=workdir):  # the folder itself takes new files
-        pass
+      storage.probe_writable(workdir)  # the folder itself takes new files
     except OSError as e:
       self.release()
       raise UserError(_path_problem(workdir, e)) from None
+
+  def _record_without_lock(self, workdir: str, record: dict) -> None:
+    try:
+      storage.make_folder(workdir)
+      storage.write_text(self.path, json.dumps(record))
+    except OSError as e:
+      raise UserError(_path_problem(workdir, e)) from None
+    logging.warning('%s is on an object store, which has no file locks: nothing stops a second '
+                    'process from training in it at the same time', workdir)
 
   def _holder(self) -> str:
     """'pid P on HOST' from the lock file; the holder writes it right after locking."""

@@ -4,17 +4,19 @@ that no wall or CPU time is lost or counted twice (attnlab.run_report and sweep 
 
 from __future__ import annotations
 
-import contextlib
 import json
+import math
 import os
 import time
 
+from etils import epath
+
+from attnlab import storage
 from attnlab.rundir.layout import RUN_IN_PROGRESS, RUN_TIMES, now
 
 
 def _append_run_time(workdir: str, record: dict) -> None:
-  with open(os.path.join(workdir, RUN_TIMES), 'a', encoding='utf-8') as f:
-    f.write(json.dumps(record) + '\n')
+  storage.append_text(os.path.join(workdir, RUN_TIMES), json.dumps(record) + '\n')
 
 
 class RunTimeRecord:
@@ -29,6 +31,7 @@ class RunTimeRecord:
     self.workdir, self.first_step, self.started = workdir, first_step, started
     self.cpu_started, self.machine = cpu_started, machine
     self.enabled = enabled
+    self._written = -math.inf  # when update last wrote the record
     self.update(first_step)
 
   def _record(self, last_step: int, outcome: str) -> dict:
@@ -41,35 +44,38 @@ class RunTimeRecord:
             **({'machine': self.machine} if self.machine else {})}
 
   def update(self, last_step: int) -> None:
+    """Rewrites the record (in a bucket at most every storage.UPLOAD_EVERY_S seconds)."""
     if not self.enabled:
       return
-    path = os.path.join(self.workdir, RUN_IN_PROGRESS)
-    with open(path + '.tmp', 'w', encoding='utf-8') as f:
-      json.dump(self._record(last_step, 'killed'), f)
-    os.replace(path + '.tmp', path)  # a kill mid-write leaves the previous record whole
+    if (storage.is_remote(self.workdir)
+        and time.monotonic() - self._written < storage.UPLOAD_EVERY_S):
+      return
+    self._written = time.monotonic()
+    text = json.dumps(self._record(last_step, 'killed'))
+    # A kill mid-write leaves the previous record whole.
+    storage.replace_whole(os.path.join(self.workdir, RUN_IN_PROGRESS),
+                          lambda path: storage.write_text(path, text))
 
   def close(self, last_step: int, outcome: str) -> None:
     """Appends the run's line (finished, stopped early, interrupted or failed)."""
     if not self.enabled:
       return
     _append_run_time(self.workdir, self._record(last_step, outcome))
-    with contextlib.suppress(FileNotFoundError):
-      os.remove(os.path.join(self.workdir, RUN_IN_PROGRESS))
+    epath.Path(self.workdir, RUN_IN_PROGRESS).unlink(missing_ok=True)
 
 
 def recover_killed_run(workdir: str) -> dict | None:
   """Appends the line a killed process left in RUN_IN_PROGRESS to run_times.jsonl (outcome
   'killed'; wall time up to its last log step) and returns it; None when there is none.
   Call only when no process is running in `workdir`."""
-  path = os.path.join(workdir, RUN_IN_PROGRESS)
+  path = epath.Path(workdir, RUN_IN_PROGRESS)
   try:
-    with open(path, encoding='utf-8') as f:
-      record = json.load(f)
+    record = json.loads(storage.read_text(path))
   except FileNotFoundError:
     return None
-  except (OSError, json.JSONDecodeError):
+  except (OSError, ValueError):  # not JSON, or not UTF-8
     record = None  # unreadable: nothing to recover, but do not fold it again
   if record is not None:
     _append_run_time(workdir, record)
-  os.remove(path)
+  path.unlink()
   return record

@@ -8,7 +8,8 @@ and writes the numeric metrics as TensorBoard scalars under `<workdir>/tensorboa
 (tag = metric name), so that train and eval curves of one metric share a chart. The event
 files come from the tensorboard package's own writer (`EventFileWriter` and its `Event`
 protos; no TensorFlow). Only process 0 should write: construct with
-`enabled=jax.process_index() == 0`; a disabled writer creates no files.
+`enabled=jax.process_index() == 0`; a disabled writer creates no files. In a bucket's workdir
+(gs://bucket/run) both are written to local copies and uploaded whole (attnlab/storage.py).
 
 A resumed run appends to the same files, so steps between the last checkpoint and the
 interruption appear twice; readers keep the last entry per (step, split).
@@ -32,6 +33,7 @@ import numpy as np
 from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
+from attnlab import storage
 from attnlab.rundir import layout
 
 _RESERVED = ('step', 'split')
@@ -71,18 +73,12 @@ class MetricWriter:
     self.enabled = bool(enabled)
     self.workdir = os.fspath(workdir)
     self._tb: dict[str, EventFileWriter] = {}
-    self._jsonl = None
+    self._jsonl = self._copies = None
     if self.enabled:
-      os.makedirs(self.workdir, exist_ok=True)
+      self._copies = storage.LocalCopies(self.workdir)
       # Kept open for the whole run (closed in close()): one append per logging event.
-      self._jsonl = open(self.jsonl_path, 'a', encoding='utf-8')
-
-  @property
-  def jsonl_path(self) -> str:
-    return os.path.join(self.workdir, layout.METRICS_FILE)
-
-  def tensorboard_dir(self, split: str) -> str:
-    return os.path.join(self.workdir, layout.TENSORBOARD, split)
+      local = self._copies.path(layout.METRICS_FILE, continued=True)
+      self._jsonl = open(local, 'a', encoding='utf-8')
 
   def write(self, step: int, split: str, metrics: Mapping[str, Any]) -> None:
     """Records `metrics` of `split` ('train', 'eval', 'test', ...) at `step`.
@@ -109,11 +105,13 @@ class MetricWriter:
     if scalars:
       tb = self._tb.get(split)
       if tb is None:
-        tb = self._tb[split] = EventFileWriter(self.tensorboard_dir(split))
+        folder = os.path.join(self._copies.root, layout.TENSORBOARD, split)
+        tb = self._tb[split] = EventFileWriter(folder)
       values = [summary_pb2.Summary.Value(tag=str(k), simple_value=v) for k, v in scalars.items()]
       tb.add_event(event_pb2.Event(wall_time=time.time(), step=step,
                                    summary=summary_pb2.Summary(value=values)))
       tb.flush()
+    self._copies.upload()
 
   def close(self) -> None:
     """Flushes and closes every file; later writes fail."""
@@ -122,6 +120,7 @@ class MetricWriter:
     self._tb.clear()
     if self._jsonl is not None:
       self._jsonl.close()
+      self._copies.close()
 
   def __enter__(self) -> MetricWriter:
     return self

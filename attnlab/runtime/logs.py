@@ -4,7 +4,8 @@ By default the console gets attnlab's lines (a summary of the run, progress, eva
 final summary with the test metrics and the run directory's files) and every WARNING and
 ERROR. The INFO logs of absl, orbax and JAX (about 45 lines per checkpoint save) go only to
 `<workdir>/train.log` (`train.process<p>.log` for process p > 0). absl's `--verbosity` (`-v`)
-on the command line brings them back to the console.
+on the command line brings them back to the console. In a bucket's workdir the log file is a
+local copy, uploaded whole every few seconds and at the end (attnlab/storage.py).
 
     route_library_logs(verbose=False)   # at start-up, before JAX logs anything
     with log_file(layout.log_path(workdir, process_index)):  # once the workdir may be written
@@ -21,6 +22,8 @@ import traceback
 from logging.handlers import MemoryHandler
 
 from absl import logging as absl_logging
+
+from attnlab import storage
 
 _buffer: MemoryHandler | None = None  # records logged before the log file exists
 _verbose = False  # --verbosity given: library logs on the console too
@@ -85,13 +88,30 @@ def route_library_logs(verbose: bool) -> None:
     logging.root.addHandler(_buffer)
 
 
+class _UploadedFileHandler(logging.FileHandler):
+  """Writes the local copy of a log file, and uploads it (when the folder is a bucket's)."""
+
+  def __init__(self, copies: storage.LocalCopies, name: str):
+    super().__init__(copies.path(name, continued=True), encoding='utf-8')
+    self.copies = copies
+
+  def emit(self, record: logging.LogRecord) -> None:
+    super().emit(record)
+    self.copies.upload()
+
+  def close(self) -> None:
+    super().close()
+    self.copies.close()
+
+
 @contextlib.contextmanager
 def log_file(path: str):
   """Appends every log record (at the root logger's level) to the log file `path`."""
   global _buffer
-  # A multi-process job's process p > 0 may get here before process 0 made the folder.
-  os.makedirs(os.path.dirname(path) or '.', exist_ok=True)
-  handler = logging.FileHandler(path, encoding='utf-8')
+  # A multi-process job's process p > 0 may get here before process 0 made the folder:
+  # LocalCopies makes it.
+  handler = _UploadedFileHandler(storage.LocalCopies(os.path.dirname(path) or '.'),
+                                 os.path.basename(path))
   handler.setFormatter(absl_logging.PythonFormatter())
   if _buffer is not None:  # what was logged before the workdir was known comes first
     _buffer.setTarget(handler)
