@@ -27,7 +27,8 @@ warning; a line longer than `data.max_source_length` tokens (EOS included; chang
 (jsonl: `error` says why) and stderr names it. Files are decoded in batches bucketed by
 length (compiled once per padded shape); from a terminal (or with --interactive) each line is
 answered as soon as it is entered. A workdir without config, vocabularies or checkpoint is
-refused in one line (`error: ...`, exit status 2).
+refused in one line (`error: ...`, exit status 2). --workdir may be a bucket's folder
+(gs://bucket/run); --input, --output and --attention_dir are local paths.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from attnlab import cli
+from attnlab import cli, storage
 from attnlab.config.run import SEARCH_METHODS
 from attnlab.decoding import heatmaps, inference, runs
 from attnlab.errors import UserError
@@ -193,6 +194,12 @@ def _check_args(args) -> None:
   if args.length_penalty is not None and not math.isfinite(args.length_penalty):
     raise UserError(f'--length_penalty={args.length_penalty} must be a finite number (GNMT '
                     'alpha, e.g. 0.6)')
+  for flag, value in (('input', args.input), ('output', args.output),
+                      ('attention_dir', args.attention_dir)):
+    if value and storage.is_remote(value):
+      raise UserError(f'--{flag}={value}: decode reads and writes local files only (its '
+                      '--workdir may be a bucket\'s); name a local path and copy it from or to '
+                      'the bucket')
   if args.input and not os.path.isfile(args.input):
     raise UserError(f'--input={args.input}: no such file')
   if args.output:

@@ -15,12 +15,11 @@ import dataclasses
 import json
 import os
 import sys
-import tempfile
 
 import jax
 import numpy as np
 
-from attnlab import cli, data
+from attnlab import cli, data, storage
 from attnlab.config.fields import ConfigError
 from attnlab.config.run import SEARCH_METHODS, RunConfig
 from attnlab.decoding import runs
@@ -86,28 +85,27 @@ def evaluate_checkpoint(workdir: str, split: str = 'test', *, checkpoint: str = 
   result = evaluator.evaluate(parallel.replicate(run.params), split, run.step)
   record = {'step': run.step, 'checkpoint': str(checkpoint), 'note': run.note,
             'settings': dataclasses.asdict(eval_cfg), split: result}
-  with open(os.path.join(out_dir, 'metrics.json'), 'w') as f:
-    json.dump(record, f, indent=2, default=float)
+  storage.write_text(os.path.join(out_dir, 'metrics.json'),
+                     json.dumps(record, indent=2, default=float))
   return record, out_dir
 
 
 def check_writable(workdir: str, folder: str, *, create: bool = False) -> None:
-  """Writes a file into `folder` (made first if `create`, else its nearest existing parent), so
-  that a run directory evaluate cannot write (read-only files or mount) is refused before the
-  split is decoded. Permission bits alone do not say it: root writes past them, a read-only
-  mount stops everyone."""
+  """Writes a file into `folder` (made first if `create`, else its nearest existing parent; a
+  bucket's folder itself), so that a run directory evaluate cannot write (read-only files or
+  mount, a bucket without write access) is refused before the split is decoded."""
   existing = folder
-  while not os.path.exists(existing) and os.path.dirname(existing) != existing:
+  while (not storage.is_remote(folder) and not os.path.exists(existing)
+         and os.path.dirname(existing) != existing):
     existing = os.path.dirname(existing)
   try:
     if create:
-      os.makedirs(folder, exist_ok=True)
+      storage.make_folder(folder)
       existing = folder
-    with tempfile.TemporaryFile(dir=existing):
-      pass
+    storage.probe_writable(existing)
   except OSError as e:
     raise UserError(
-        f'evaluate writes its results to {folder}, which cannot be written ({e.strerror}); '
+        f'evaluate writes its results to {folder}, which cannot be written ({e.strerror or e}); '
         f'evaluate a writable copy of the run (cp -r {workdir} COPY) or make {workdir} '
         'writable') from None
 

@@ -10,13 +10,17 @@ so that panels of one grid, and figures of different runs, compare directly.
 
 from __future__ import annotations
 
+import io
 import os
 import textwrap
 from collections.abc import Sequence
 
 import numpy as np
+from etils import epath
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+
+from attnlab import storage
 
 # Inches per token and the font size keep labels legible up to ~60 tokens per axis.
 _INCH_PER_TOKEN = 0.16
@@ -85,12 +89,15 @@ def _draw(ax, title, weights_TxS, source_tokens, target_tokens, vmax):
 
 
 def _save(fig: Figure, path) -> None:
+  """Writes the PNG to `path`, local or a bucket's (attnlab/storage.py), its folder made."""
   path = os.fspath(path)
   parent = os.path.dirname(path)
   if parent:
-    os.makedirs(parent, exist_ok=True)
+    storage.make_folder(parent)
   FigureCanvasAgg(fig)
-  fig.savefig(path, format='png', dpi=120)
+  png = io.BytesIO()
+  fig.savefig(png, format='png', dpi=120)
+  epath.Path(path).write_bytes(png.getvalue())
 
 
 def save_heatmap(

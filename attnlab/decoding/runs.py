@@ -8,6 +8,8 @@ What train.py leaves in a run directory and what is read here:
                                           inside its file, so nothing outside RUN is needed
     RUN/checkpoints/<step>/               orbax checkpoints (attnlab.rundir.checkpoint)
 
+RUN may be a bucket's folder (gs://bucket/run), read through etils.epath (attnlab/storage.py).
+
 `load_run(workdir, checkpoint='best')` returns a `TrainedRun` whose `decode` answers new
 inputs (decoding/inference.py). `checkpoint` is 'best' (the checkpoint model selection kept; the
 latest one, with a note, when the run recorded none), 'latest' or a step number; only the
@@ -29,7 +31,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import ml_collections
+from etils import epath
 
+from attnlab import storage
 from attnlab.config import run as config_lib
 from attnlab.data.sentencepiece_vocab import load_vocab
 from attnlab.data.tasks import DataError
@@ -80,16 +84,16 @@ def read_config(workdir: str) -> tuple[config_lib.RunConfig, dict, list[str]]:
   training it further) takes the key's default from configs/base.py and names it, since new
   keys default to the old behaviour. Without configs/ at hand a missing key is an error.
   """
+  storage.check_reachable(workdir, '--workdir')
   path = os.path.join(workdir, layout.CONFIG_FILE)
-  if not os.path.isdir(workdir):
+  if not epath.Path(workdir).is_dir():
     raise RunDirError(f'run directory {workdir} does not exist')
-  if not os.path.isfile(path):
+  if not epath.Path(path).is_file():
     raise RunDirError(f'{workdir} has no config.json: not a run directory (train one with '
                       f'python -m attnlab.main --config=... --workdir={workdir})')
   try:
-    with open(path, encoding='utf-8') as f:
-      raw = json.load(f)
-  except (OSError, json.JSONDecodeError) as e:
+    raw = json.loads(storage.read_text(path))
+  except (OSError, ValueError) as e:  # not JSON, or not UTF-8
     raise RunDirError(f'{path} cannot be read: {e}') from None
   defaults = current_defaults()
   added = fill_missing(raw, defaults) if defaults else []
@@ -105,7 +109,7 @@ def read_vocabularies(workdir: str):
   vocabs = []
   for name in layout.VOCAB_FILES.values():
     path = os.path.join(workdir, name)
-    if not os.path.isfile(path):
+    if not epath.Path(path).is_file():
       raise RunDirError(f'{workdir} has no {name}; train.py writes it when a run starts')
     try:
       vocabs.append(load_vocab(path))

@@ -21,6 +21,7 @@ checkpoint.
 from __future__ import annotations
 
 import functools
+import io
 import json
 import os
 import sys
@@ -29,8 +30,9 @@ import zlib
 
 import jax
 import numpy as np
+from etils import epath
 
-from attnlab import data, metrics
+from attnlab import data, metrics, storage
 from attnlab.config.run import RunConfig
 from attnlab.decoding import heatmaps, search
 from attnlab.rundir import layout
@@ -174,38 +176,39 @@ class Evaluator:
 
   def _write_samples(self, split: str, step: int, rows: list[dict]) -> None:
     folder = os.path.join(self.workdir, layout.SAMPLES)
-    os.makedirs(folder, exist_ok=True)
+    storage.make_folder(folder)
     src_vocab, tgt_vocab = self.task.source_vocab, self.task.target_vocab
     rows = sorted(rows, key=lambda r: r['index'])
     chosen = sample_positions(len(rows), self.cfg.eval.num_samples, self.cfg.seed, split)
-    with open(os.path.join(folder, f'{split}_step{step:07d}.txt'), 'w') as f:
-      for r in (rows[i] for i in chosen):
-        mark = 'ok ' if r['correct'] else 'ERR'
-        f.write(f"{mark} #{r['index']}\n  src: {src_vocab.decode(r['source'])}\n"
-                f"  ref: {tgt_vocab.decode(r['reference'])}\n"
-                f"  hyp: {tgt_vocab.decode(r['hypothesis'])}\n")
+    text = ''.join(f"{'ok ' if r['correct'] else 'ERR'} #{r['index']}\n"
+                   f"  src: {src_vocab.decode(r['source'])}\n"
+                   f"  ref: {tgt_vocab.decode(r['reference'])}\n"
+                   f"  hyp: {tgt_vocab.decode(r['hypothesis'])}\n"
+                   for r in (rows[i] for i in chosen))
+    storage.write_text(os.path.join(folder, f'{split}_step{step:07d}.txt'), text)
 
   def _write_predictions(self, split: str, rows: list[dict]) -> None:
     """Per-example results of the latest evaluation: correctness (paired significance tests)
     and the texts (source and references as in the split, the detokenized hypothesis)."""
     source, tgt_vocab = self.task.split(split), self.task.target_vocab
-    with open(os.path.join(self.workdir, layout.predictions_file(split)), 'w',
-              encoding='utf-8') as f:
-      for r in sorted(rows, key=lambda r: r['index']):
-        example = source[r['index']]
-        line = {'index': r['index'], 'correct': bool(r['correct']),
-                'source_length': len(r['source']), 'source': example['source'],
-                'reference': example['target']}
-        if 'references' in example:  # tasks scored against several (G2P)
-          line['references'] = list(example['references'])
-        line['hypothesis'] = tgt_vocab.decode(r['hypothesis'])
-        f.write(json.dumps(line, ensure_ascii=False) + '\n')
+    lines = []
+    for r in sorted(rows, key=lambda r: r['index']):
+      example = source[r['index']]
+      line = {'index': r['index'], 'correct': bool(r['correct']),
+              'source_length': len(r['source']), 'source': example['source'],
+              'reference': example['target']}
+      if 'references' in example:  # tasks scored against several (G2P)
+        line['references'] = list(example['references'])
+      line['hypothesis'] = tgt_vocab.decode(r['hypothesis'])
+      lines.append(json.dumps(line, ensure_ascii=False) + '\n')
+    # One write: a bucket's object is uploaded whole.
+    storage.write_text(os.path.join(self.workdir, layout.predictions_file(split)), ''.join(lines))
 
   def _write_heatmaps(self, split: str, step: int, rows: list[dict]) -> None:
     if self.cfg.model.kind == 'rnn' and not self.cfg.model.attention.attends:
       return  # no attention to draw
     folder = os.path.join(self.workdir, layout.ATTENTION)
-    os.makedirs(folder, exist_ok=True)
+    storage.make_folder(folder)
     src_vocab, tgt_vocab = self.task.source_vocab, self.task.target_vocab
     examples = self.task.split(split)
     arrays = {}
@@ -219,7 +222,9 @@ class Evaluator:
       arrays[f"weights_{r['index']}"] = np.asarray(r['attention'], np.float32)
       arrays[f"source_{r['index']}"] = np.array(source, dtype=str)
       arrays[f"output_{r['index']}"] = np.array(output, dtype=str)
-    np.savez_compressed(os.path.join(folder, f'{split}_step{step:07d}.npz'), **arrays)
+    npz = io.BytesIO()
+    np.savez_compressed(npz, **arrays)
+    epath.Path(folder, f'{split}_step{step:07d}.npz').write_bytes(npz.getvalue())
 
 
 def heatmap_title(split: str, index: int, step: int, correct: bool, reference: str,

@@ -13,7 +13,8 @@ the best checkpoint. A diverging loss stops the run before that step is saved
 Rerunning the same command resumes from the latest checkpoint with the same data order and
 selection state; a changed config is refused first (train/resume.py). Only process 0 writes
 files other than checkpoints, and it holds the workdir's lock for the whole run, so a second
-run on the same workdir is refused before it reads or writes anything there.
+run on the same local workdir is refused before it reads or writes anything there (a bucket has
+no locks: rundir/lock.py).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import ml_collections
 import numpy as np
 from jax.experimental import multihost_utils
 
-from attnlab import metrics
+from attnlab import metrics, storage
 from attnlab.config import run as config_lib
 from attnlab.config.run import SELECT_SPLIT
 from attnlab.errors import UserError
@@ -306,9 +307,10 @@ def _write_final(run: Run, tested_step: int, final: dict) -> None:
                       'trained_steps': run.step, 'stopped_early': run.stopped_early})
   if not run.is_writer:
     return
-  with open(os.path.join(run.workdir, layout.FINAL_METRICS_FILE), 'w') as f:
-    json.dump({'step': tested_step, 'trained_steps': run.step, 'num_params': run.num_params,
-               'selection': chosen, **writers.to_json(final)}, f, indent=2)
+  record = {'step': tested_step, 'trained_steps': run.step, 'num_params': run.num_params,
+            'selection': chosen, **writers.to_json(final)}
+  storage.write_text(os.path.join(run.workdir, layout.FINAL_METRICS_FILE),
+                     json.dumps(record, indent=2))
 
 
 def lock_workdir(workdir: str) -> contextlib.AbstractContextManager:
@@ -340,6 +342,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
   process is training; nothing is written in the workdir before those checks (but its lock).
   """
   started, cpu_started = time.perf_counter(), time.process_time()
+  storage.check_reachable(workdir, '--workdir')
   config_lib.parse(config)  # a config mistake leaves nothing behind, not even the lock file
   resume.check_allowed_changes(workdir, config, allow_config_change)
   with lock_workdir(workdir):

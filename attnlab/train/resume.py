@@ -28,6 +28,9 @@ import json
 import os
 from typing import Any
 
+from etils import epath
+
+from attnlab import storage
 from attnlab.data.sentencepiece_vocab import load_vocab
 from attnlab.errors import UserError
 from attnlab.rundir.checkpoint import Checkpointer
@@ -90,11 +93,10 @@ def config_as_json(config) -> dict:
 def saved_config(workdir: str) -> tuple[dict | None, str]:
   """The run's config dict and where it came from; (None, '') for a new workdir."""
   path = os.path.join(workdir, CONFIG_FILE)
-  if os.path.isfile(path):
+  if epath.Path(path).is_file():
     try:
-      with open(path, encoding='utf-8') as f:
-        return json.load(f), path
-    except (OSError, json.JSONDecodeError) as e:
+      return json.loads(storage.read_text(path)), path
+    except (OSError, ValueError) as e:  # not JSON, or not UTF-8
       raise WorkdirConfigError(f'{path} cannot be read ({e}); use a new --workdir, or delete '
                                'the file to compare with the latest checkpoint') from None
   if saved_steps(workdir):
@@ -138,8 +140,7 @@ def check_allowed_changes(workdir: str, config, allow=()) -> None:
   if all(key in known for key in allow):
     return
   with contextlib.suppress(OSError, ValueError):  # only consulted for the names it holds
-    with open(os.path.join(workdir, CONFIG_FILE), encoding='utf-8') as f:
-      saved = json.load(f)
+    saved = json.loads(storage.read_text(os.path.join(workdir, CONFIG_FILE)))
     known |= set(flatten(saved)) if isinstance(saved, dict) else set()
   for key in allow:
     if key not in known:
@@ -162,7 +163,7 @@ def check_reuse(workdir: str, config, cfg, allow=()) -> tuple[dict, list[str]]:
     The accepted changes {key: (old, new)} (empty for a new workdir or an identical config)
     and one line describing each, for the log.
   """
-  old, origin = saved_config(workdir) if os.path.isdir(workdir) else (None, '')
+  old, origin = saved_config(workdir) if epath.Path(workdir).is_dir() else (None, '')
   if old is None:
     return {}, []
   changes = changed_keys(old, config_as_json(config))
@@ -214,39 +215,29 @@ def check_vocabularies(workdir: str, task) -> None:
   for side, name in VOCAB_FILES.items():
     path = os.path.join(workdir, name)
     built = getattr(task, f'{side}_vocab')
-    if os.path.isfile(path) and load_vocab(path).to_json() != built.to_json():
+    if epath.Path(path).is_file() and load_vocab(path).to_json() != built.to_json():
       raise WorkdirConfigError(
         f'{path} differs from the {side} vocabulary this config builds ({built.size} ids): '
         'the data changed since the run started; use a new --workdir')
 
 
-def _replace(path: str, write) -> None:
-  """`write(tmp)`, then renames tmp to `path`: the job's other processes, which check the files
-  process 0 writes here as they start, and a kill mid-write see the old file or the new one."""
-  tmp = f'{path}.{os.getpid()}.tmp'
-  write(tmp)
-  os.replace(tmp, path)
-
-
 def write_start_files(workdir: str, config, task, changes: dict, resume_step: int | None) -> None:
-  """config.json (new run or accepted changes), the vocabularies (if absent), the change log."""
-  os.makedirs(workdir, exist_ok=True)
+  """config.json (new run or accepted changes), the vocabularies (if absent), the change log.
+  The job's other processes check the files process 0 writes here as they start: each is
+  replaced whole (`storage.replace_whole`), so they, and a start after a kill mid-write, see the
+  old file or the new one."""
+  storage.make_folder(workdir)
   config_path = os.path.join(workdir, CONFIG_FILE)
-
-  def write_config(path: str) -> None:
-    with open(path, 'w', encoding='utf-8') as f:
-      f.write(config.to_json_best_effort(indent=2, sort_keys=True))
-
-  if changes or not os.path.isfile(config_path):
-    _replace(config_path, write_config)
+  config_text = config.to_json_best_effort(indent=2, sort_keys=True)
+  if changes or not epath.Path(config_path).is_file():
+    storage.replace_whole(config_path, lambda path: storage.write_text(path, config_text))
   if changes:
     record = {'step': resume_step, 'changes': {k: list(v) for k, v in changes.items()},
               'at': now()}
-    with open(os.path.join(workdir, CONFIG_CHANGES), 'a', encoding='utf-8') as f:
-      f.write(json.dumps(record) + '\n')
+    storage.append_text(os.path.join(workdir, CONFIG_CHANGES), json.dumps(record) + '\n')
   for side, name in VOCAB_FILES.items():
     path = os.path.join(workdir, name)
-    if not os.path.isfile(path):
-      _replace(path, getattr(task, f'{side}_vocab').save)
+    if not epath.Path(path).is_file():
+      storage.replace_whole(path, getattr(task, f'{side}_vocab').save)
 
 

@@ -16,7 +16,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from attnlab import data
+from attnlab import data, storage
 from attnlab.config import run as config_lib
 from attnlab.config.run import SELECT_SPLIT
 from attnlab.models.factory import build_model
@@ -209,8 +209,7 @@ def _append_provenance(workdir: str, cfg: config_lib.RunConfig, start: int) -> N
   entry = {'first_step': start, 'at': layout.now(),
            **provenance.record(_devices(cfg.parallel.num_devices) or jax.devices(),
                               jax.process_count())}
-  with open(os.path.join(workdir, layout.PROVENANCE), 'a', encoding='utf-8') as f:
-    f.write(json.dumps(entry) + '\n')
+  storage.append_text(os.path.join(workdir, layout.PROVENANCE), json.dumps(entry) + '\n')
 
 
 def stops_early(run: Run) -> bool:
