@@ -47,7 +47,7 @@ import sys
 
 from absl import app, flags
 
-from attnlab import cli, data
+from attnlab import cli, data, storage
 from attnlab.reporting import sweep_report as report_lib
 from attnlab.sweeps import archive as archive_lib
 from attnlab.sweeps import claims, folders, listing, slurm, trial_dirs
@@ -270,8 +270,14 @@ def run_sweep(
 
 
 def check_folders(experiment, workdir: str, archive: str | None) -> None:
-  """Refuses a --workdir or --archive that holds another experiment's sweep, and an archive
-  that is the workdir itself."""
+  """Refuses a --workdir or --archive that holds another experiment's sweep, an archive that is
+  the workdir itself, and a bucket's folder: a sweep's claims and locks need a local (or shared)
+  file system (docs/running.md, Cloud workdirs)."""
+  for flag, folder in (('--workdir', workdir), ('--archive', archive)):
+    if folder and storage.is_remote(folder):
+      raise SweepError(f'{flag}={folder}: a sweep keeps its trials in a local or shared folder '
+                       '(its claims and locks need one); a single training takes a bucket\'s '
+                       '--workdir')
   folders.check_folder_owner(workdir, experiment, '--workdir')
   folders.check_folder_owner(archive, experiment, '--archive')
   if archive and os.path.realpath(archive) == os.path.realpath(workdir):

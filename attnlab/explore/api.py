@@ -26,6 +26,8 @@ import json
 import os
 import threading
 
+from etils import epath
+
 from attnlab.config.run import SELECT_SPLIT
 from attnlab.decoding import inference
 from attnlab.errors import UserError
@@ -115,10 +117,10 @@ def read_examples(workdir: str) -> tuple[list[dict], str]:
   """The first MAX_EXAMPLES of RUN/predictions_eval.jsonl (evaluation writes it) and a note;
   a RequestError (409) naming the file and line where a line is not a JSON object."""
   path = os.path.join(workdir, layout.predictions_file(SELECT_SPLIT))
-  if not os.path.isfile(path):
+  if not epath.Path(path).is_file():
     return [], f'{path} not found: the run has not evaluated its eval split yet'
   examples = []
-  with open(path, 'rb') as f:  # bytes, so that a bad byte is reported at its own line
+  with epath.Path(path).open('rb') as f:  # bytes, so that a bad byte is reported at its line
     for number, line in enumerate(f, 1):
       if len(examples) == MAX_EXAMPLES:
         break

@@ -10,11 +10,13 @@ same float32); hovering shows source token, target token and weight (html_assets
 
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import Sequence
 from html import escape
 
 import numpy as np
+from etils import epath
 from matplotlib import colormaps
 
 from attnlab.decoding import heatmaps
@@ -78,8 +80,9 @@ def grid(panels_html: Sequence[str], ncols: int) -> str:
 
 
 def read_npz(path: str) -> dict[int, tuple[np.ndarray, list[str], list[str]]]:
-  """Example index -> (weights_TxS, source tokens, output tokens) of one saved .npz."""
-  with np.load(path) as data:
+  """Example index -> (weights_TxS, source tokens, output tokens) of one saved .npz (local or
+  a bucket's)."""
+  with np.load(io.BytesIO(epath.Path(path).read_bytes())) as data:
     indices = sorted(int(k.split('_', 1)[1]) for k in data.files if k.startswith('weights_'))
     return {
       i: (
@@ -116,7 +119,7 @@ def run_figures(result) -> dict[str, str]:
   """The run report's heatmap images ('attention/<png>' in OUT) -> their interactive HTML,
   from the final test step's .npz in the run directory (none without it)."""
   npz = report_plots._npz(result)
-  if not os.path.isfile(npz):
+  if not epath.Path(npz).is_file():
     return {}
   examples = read_npz(npz)
   step = result.final['step']

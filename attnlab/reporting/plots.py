@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 import matplotlib
 import numpy as np
+from etils import epath
 from matplotlib import image as mpimg
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -217,7 +218,8 @@ def _npz(result) -> str:
 def final_heatmap_pngs(result) -> dict[int, str]:
   folder, step = os.path.join(result.directory, layout.ATTENTION), result.final['step']
   out = {}
-  for name in os.listdir(folder) if os.path.isdir(folder) else ():
+  names = [p.name for p in epath.Path(folder).iterdir()] if epath.Path(folder).is_dir() else []
+  for name in names:
     match = _PNG_NAME.match(name)
     if match and int(match.group(1)) == step:
       out[int(match.group(2))] = os.path.join(folder, name)

@@ -14,6 +14,7 @@ config.json and final_metrics.json, and OUT/report.html: the README as one self-
 (reporting/html.py) whose heatmaps, drawn from the run's saved weights, show token and weight
 on hover.
 Wall time: --wall_s, else the sum over RUN_DIR/run_times.jsonl (one line per process run).
+RUN_DIR may be a bucket's folder (gs://bucket/run, read through etils.epath); OUT is local.
 OUT must be a new or empty folder, or this run's report from before (`check_out`), which is then
 written again.
 """
@@ -23,11 +24,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 
 import numpy as np
+from etils import epath
 from matplotlib.figure import Figure
 
+from attnlab import storage
 from attnlab.errors import UserError
 from attnlab.metrics import is_number
 from attnlab.reporting import convergence, html, html_heatmaps, sweep_results
@@ -51,10 +53,9 @@ class RunReportError(UserError):
 
 def _load_json(run_dir: str, name: str) -> dict:
   path = os.path.join(run_dir, name)
-  if not os.path.isfile(path):
+  if not epath.Path(path).is_file():
     raise RunReportError(f'{path} not found: {run_dir} is not a finished run directory')
-  with open(path) as f:
-    return json.load(f)
+  return json.loads(storage.read_text(path))
 
 
 def _is_percent(name: str) -> bool:
@@ -246,7 +247,7 @@ def plots(out: str, result, task: str, splits: list[str]) -> list[str]:
     lines += ['', f'Attention of the first test examples at step {result.final["step"]}:']
   for index in sorted(heatmaps)[:MAX_HEATMAPS]:
     name = os.path.join(layout.ATTENTION, os.path.basename(heatmaps[index]))
-    shutil.copyfile(heatmaps[index], os.path.join(out, name))
+    storage.copy_file(heatmaps[index], os.path.join(out, name))
     lines += ['', f'![test example {index}]({name})']
   return lines
 
@@ -268,6 +269,8 @@ def reported_run(out: str) -> str | None:
 
 
 def _same_folder(a: str, b: str) -> bool:
+  if storage.is_remote(a) or storage.is_remote(b):
+    return a.rstrip('/') == b.rstrip('/')
   try:
     return os.path.samefile(a, b)
   except OSError:
@@ -278,7 +281,11 @@ def check_out(run_dir: str, out: str) -> None:
   """Refuses, before anything is written, an OUT whose files the report would overwrite: the
   run directory itself (its config.json would be copied onto itself, and README.md and plots
   land among the run's files), a file, or a folder that holds anything but run_report's
-  earlier report of this same run (recognised by its README.md naming this run directory)."""
+  earlier report of this same run (recognised by its README.md naming this run directory), and a
+  bucket's folder (the report is written locally, then copied where it is published)."""
+  if storage.is_remote(out):
+    raise RunReportError(f'--out={out}: the report is written to a local folder; give one, and '
+                         'copy it to the bucket afterwards if it belongs there')
   free, n = f'{os.path.normpath(out)}-2', 2
   while os.path.lexists(free):
     n += 1
@@ -334,7 +341,7 @@ def write_run_report(
   check_out(run_dir, out)
   os.makedirs(out, exist_ok=True)
   for name in (layout.CONFIG_FILE, layout.FINAL_METRICS_FILE):
-    shutil.copyfile(os.path.join(run_dir, name), os.path.join(out, name))
+    storage.copy_file(os.path.join(run_dir, name), os.path.join(out, name))
   lines = summary(run_dir, result, task, config_file, command, wall_s)
   lines += ['', '## Final metrics', ''] + metrics_table(final, splits)
   lines += ['', convergence.run_line(result.verdict)]
