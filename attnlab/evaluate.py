@@ -95,8 +95,8 @@ def check_writable(workdir: str, folder: str, *, create: bool = False) -> None:
   bucket's folder itself), so that a run directory evaluate cannot write (read-only files or
   mount, a bucket without write access) is refused before the split is decoded."""
   existing = folder
-  while (not storage.is_remote(folder) and not os.path.exists(existing)
-         and os.path.dirname(existing) != existing):
+  while (not storage.is_remote(folder)  # a bucket's folders need not exist to take files
+         and not os.path.exists(existing) and os.path.dirname(existing) != existing):
     existing = os.path.dirname(existing)
   try:
     if create:

@@ -62,7 +62,10 @@ def write_text(path: str | os.PathLike, text: str) -> None:
 
 
 def make_folder(path: str | os.PathLike) -> None:
-  epath.Path(path).mkdir(parents=True, exist_ok=True)
+  """Makes the local folder `path` and its parents; a bucket has no folders to make (an object
+  is named by its whole path)."""
+  if not is_remote(path):
+    os.makedirs(path, exist_ok=True)
 
 
 def copy_file(source: str | os.PathLike, target: str | os.PathLike) -> None:
@@ -151,7 +154,6 @@ class LocalCopies:
         if self._uploaded.get(local) == stamp:
           continue
         target = epath.Path(self.folder) / os.path.relpath(local, self.root)
-        target.parent.mkdir(parents=True, exist_ok=True)
         with open(local, 'rb') as f:
           target.write_bytes(f.read())
         self._uploaded[local] = stamp

@@ -99,8 +99,7 @@ class RunLock:
       raise UserError(_path_problem(workdir, e)) from None
 
   def _record_without_lock(self, workdir: str, record: dict) -> None:
-    try:
-      storage.make_folder(workdir)
+    try:  # a missing bucket or one without write access fails here, before anything else
       storage.write_text(self.path, json.dumps(record))
     except OSError as e:
       raise UserError(_path_problem(workdir, e)) from None
