@@ -29,6 +29,7 @@ from smoke_runs import one_error_line, run_cli, smoke_config
 from attnlab import decode, evaluate, storage, sweep
 from attnlab.decoding import runs
 from attnlab.errors import UserError
+from attnlab.explore import server
 from attnlab.reporting import run_report
 from attnlab.rundir import layout, run_times, writers
 from attnlab.runtime import logs
@@ -284,3 +285,15 @@ def test_sweep_folders_and_report_folders_stay_local(tmp_path):
       sweep.check_folders(None, workdir, archive)
   with pytest.raises(run_report.RunReportError, match='the report is written to a local folder'):
     run_report.check_out('gs://bucket/run', 'gs://bucket/report')
+
+
+def test_the_explorer_reads_a_buckets_eval_examples(buckets):
+  storage.write_text(
+    f'{BUCKET}/run/predictions_eval.jsonl',
+    '{"index": 0, "source": "ab", "reference": "ba", "hypothesis": "ba", "correct": true}\n',
+  )
+  examples, note = server.read_examples(f'{BUCKET}/run')
+  assert (examples, note) == (
+    [{'index': 0, 'source': 'ab', 'reference': 'ba', 'hypothesis': 'ba', 'correct': True}],
+    '',
+  )
