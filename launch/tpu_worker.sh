@@ -10,8 +10,9 @@
 #       ~/gcs/<bucket>, then runs `python -m attnlab.main` with ATTNLAB_DISTRIBUTED=1, so that
 #       JAX finds the other workers from the VM's metadata.
 #
-# attnlab writes its workdir with ordinary file I/O, hence the mount. orbax finalises a
-# checkpoint by renaming its temporary directory, which gcsfuse only does with
+# The run writes its workdir through the mount (attnlab also takes a gs:// URL itself, with
+# pip's gcs extra: docs/running.md). orbax finalises a checkpoint there by renaming its
+# temporary directory, which gcsfuse only does with
 # --rename-dir-limit. --dry_run prints the commands and runs none.
 set -euo pipefail
 
