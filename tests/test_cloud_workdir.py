@@ -29,7 +29,7 @@ from smoke_runs import one_error_line, run_cli, smoke_config
 from attnlab import decode, evaluate, storage, sweep
 from attnlab.decoding import runs
 from attnlab.errors import UserError
-from attnlab.explore import server
+from attnlab.explore import api as explore_api
 from attnlab.reporting import run_report
 from attnlab.rundir import layout, run_times, writers
 from attnlab.runtime import logs
@@ -292,7 +292,7 @@ def test_the_explorer_reads_a_buckets_eval_examples(buckets):
     f'{BUCKET}/run/predictions_eval.jsonl',
     '{"index": 0, "source": "ab", "reference": "ba", "hypothesis": "ba", "correct": true}\n',
   )
-  examples, note = server.read_examples(f'{BUCKET}/run')
+  examples, note = explore_api.read_examples(f'{BUCKET}/run')
   assert (examples, note) == (
     [{'index': 0, 'source': 'ab', 'reference': 'ba', 'hypothesis': 'ba', 'correct': True}],
     '',
