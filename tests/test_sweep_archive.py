@@ -1,8 +1,10 @@
 """A sweep's archive (attnlab/sweeps/archive.py): finished trials kept without checkpoints, and a
 sweep on another machine (a fresh --workdir) that restores them instead of training them again."""
 
+import gzip
 import io
 import json
+import lzma
 import os
 import re
 import shutil
@@ -75,9 +77,9 @@ def test_a_finished_trial_is_archived_without_checkpoints(tmp_path, fake_python)
   assert _files(kept) == [
     'attention/test_step0000004.npz',
     'final_metrics.json',
-    'metrics.jsonl.gz',
-    'predictions_test.jsonl.gz',
-    sweep_runner.LOG_FILE + '.gz',
+    'metrics.jsonl.xz',
+    'predictions_test.jsonl.xz',
+    sweep_runner.LOG_FILE + '.xz',
     trial_dirs.STATUS_FILE,
   ]
   with layout.open_text(os.path.join(kept, 'predictions_test.jsonl')) as f:
@@ -131,6 +133,50 @@ def test_an_archived_trial_of_other_settings_is_refused(tmp_path):
   assert not os.path.exists(workdir)  # nothing restored
 
 
+def test_an_older_archive_of_gzip_files_is_read_and_restored_as_xz(tmp_path):
+  """An archive written when archives held NAME.gz: the reports and a restore read it, and the
+  restored trial holds NAME.xz, which the xz format itself decompresses to the same bytes."""
+  archive, workdir = str(tmp_path / 'kept'), str(tmp_path / 'sweep')
+  [trial] = _trials(0)
+  kept = trial_dirs.trial_dir(archive, trial)
+  trial_dirs.write_status(kept, {**trial_dirs.identity(trial), 'status': 'finished'})
+  with open(os.path.join(kept, 'final_metrics.json'), 'w') as f:
+    json.dump({'step': 4}, f)
+  texts = {
+    'metrics.jsonl': b'{"step": 2, "split": "train", "loss": 1.5}\n{"step": 4, "spl',
+    'predictions_test.jsonl': '{"source": "d\u00e9but", "hypothesis": "fin"}\n'.encode(),
+    trial_dirs.LOG_FILE: b'[start] seed=0\n\xff cut\n',
+  }
+  for name, data in texts.items():
+    with open(os.path.join(kept, name + '.gz'), 'wb') as f:
+      f.write(gzip.compress(data, mtime=0))
+  with layout.open_text(os.path.join(kept, trial_dirs.LOG_FILE)) as f:
+    assert f.read() == '[start] seed=0\n\ufffd cut\n'
+  events = [{'step': 2, 'split': 'train', 'loss': 1.5}]  # the cut last line is skipped
+  assert list(trial_dirs.metric_events(kept)) == events
+
+  assert archive_lib.sync(workdir, archive, [trial]) == (['seed=0'], [], [])
+  restored = trial_dirs.trial_dir(workdir, trial)
+  assert _files(restored) == [
+    'final_metrics.json',
+    'metrics.jsonl.xz',
+    'predictions_test.jsonl.xz',
+    trial_dirs.LOG_FILE + '.xz',
+    trial_dirs.STATUS_FILE,
+  ]
+  for name, data in texts.items():
+    with open(os.path.join(restored, name + '.xz'), 'rb') as f:
+      assert lzma.decompress(f.read(), format=lzma.FORMAT_XZ) == data
+  assert list(trial_dirs.metric_events(restored)) == events
+  # Beside a plain file, the plain file is the one read and archived.
+  with open(os.path.join(restored, 'metrics.jsonl'), 'w') as f:
+    f.write('{"step": 4, "split": "eval"}\n')
+  assert list(trial_dirs.metric_events(restored)) == [{'step': 4, 'split': 'eval'}]
+  archive_lib.replace_tree(restored, kept)
+  assert not [n for n in _files(kept) if n.endswith('.gz') or n == 'metrics.jsonl']
+  assert list(trial_dirs.metric_events(kept)) == [{'step': 4, 'split': 'eval'}]
+
+
 def test_the_sweep_command_skips_what_the_archive_holds(tmp_path, fake_python):
   """`python -m attnlab.sweep EXP --workdir=NEW --archive=A` on a fresh machine (`make
   ablations` on a fresh checkout): the trials finished in A, by this experiment's sweep on an
@@ -155,7 +201,7 @@ def test_the_sweep_command_skips_what_the_archive_holds(tmp_path, fake_python):
   assert '2 trials, 2 finished (skipped), 0 to run, 0 invalid' in out.getvalue()
   assert '[start]' not in out.getvalue()
   # Restored as the archive keeps them: compact, and finished.
-  assert os.path.isfile(os.path.join(workdir, 'seed=1', 'metrics.jsonl.gz'))
+  assert os.path.isfile(os.path.join(workdir, 'seed=1', 'metrics.jsonl.xz'))
   assert not os.path.exists(os.path.join(workdir, 'seed=1', 'metrics.jsonl'))
   with open(os.path.join(archive, MANIFEST)) as f:
     assert [t['name'] for t in json.load(f)['trials']] == ['seed=0', 'seed=1']
@@ -205,7 +251,7 @@ REPORT_FILES = ('results.md', 'results.csv', 'report.html', 'plots/reverse-atten
 
 
 def test_a_restored_archive_reports_as_the_trials_it_was_made_from(tmp_path):
-  """A finished sweep archived (compact: gzip-compressed text, no samples, vocabularies or
+  """A finished sweep archived (compact: xz-compressed text, no samples, vocabularies or
   heatmap PNGs), restored into a fresh workdir as `make ablations` does on a fresh checkout,
   and reported: the same results.md, results.csv, report.html and plots, from the archive and
   from the restored workdir, as from the trials themselves; archiving again changes no byte."""
@@ -235,7 +281,7 @@ def test_a_restored_archive_reports_as_the_trials_it_was_made_from(tmp_path):
   kept = _files(archive)
   assert not [n for n in kept if n.endswith(('.png', '.txt', 'vocab.json', 'metrics.jsonl',
                                              'predictions_test.jsonl', 'step0000002.npz'))]
-  assert 'timing=luong,seed=0/metrics.jsonl.gz' in kept
+  assert 'timing=luong,seed=0/metrics.jsonl.xz' in kept
   assert 'timing=luong,seed=0/attention/test_step0000004.npz' in kept
   before = _bytes(archive, kept)
   for trial in finished:  # again, from the workdir and from the archive itself: the same bytes

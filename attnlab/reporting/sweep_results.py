@@ -136,7 +136,7 @@ def mean_std(values) -> tuple[float, float | None] | None:
 
 
 def read_jsonl(path: str) -> list[dict]:
-  """The JSON lines of `path` (or of its archived `path`.gz: layout.open_text); [] when
+  """The JSON lines of `path` (or of its archived `path`.xz: layout.open_text); [] when
   neither exists."""
   try:
     f = layout.open_text(path)

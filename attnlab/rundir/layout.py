@@ -3,7 +3,7 @@
 A run directory (`--workdir`) holds config.json, the vocabularies, metrics.jsonl, checkpoints/
 (the latest few and best/), samples/, attention/, predictions_<split>.jsonl, final_metrics.json,
 run_times.jsonl, train.log and tensorboard/ (docs/running.md lists them). A sweep archive keeps
-a trial's large text files gzip-compressed (attnlab/sweeps/archive.py). The folder may be a
+a trial's large text files xz-compressed (attnlab/sweeps/archive.py). The folder may be a
 bucket's (gs://bucket/run): the readers here go through etils.epath (attnlab/storage.py).
 """
 
@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime
 import gzip
 import io
+import lzma
 import os
 
 from etils import epath
@@ -31,9 +32,12 @@ RUN_TIMES = 'run_times.jsonl'
 # to append its line (SIGKILL, a machine or session that ends) leaves it, and the next start
 # (or sweep launch) appends it as outcome 'killed', so no wall time is lost.
 RUN_IN_PROGRESS = 'run_time_current.json'
-# A sweep archive (attnlab/sweeps/archive.py) keeps its large text files gzip-compressed, as
-# NAME.gz: `open_text` reads either form.
-COMPRESSED = '.gz'
+# A sweep archive (attnlab/sweeps/archive.py) keeps its large text files xz-compressed, as
+# NAME.xz; older archives hold NAME.gz. `open_text` reads every form.
+COMPRESSED = '.xz'
+# The forms a text file of a run may take, in the order they are looked for (the plain file
+# wins), each with the function that opens it: open(path, mode, encoding=, errors=).
+TEXT_FORMS = {'': open, COMPRESSED: lzma.open, '.gz': gzip.open}
 LOCK_FILE = '.lock'  # held (flock) by the process that trains in the workdir; {pid, host}
 # On an object store, where a step folder cannot be renamed into place, orbax marks a finished
 # save with this file in it.
@@ -79,20 +83,26 @@ def now() -> str:
   return datetime.datetime.now().astimezone().isoformat()
 
 
+def text_form(path: str) -> str | None:
+  """The suffix (a key of TEXT_FORMS) of the file that holds the text file `path`: '' for
+  `path` itself, else its compressed copy's; None when there is none."""
+  return next((suffix for suffix in TEXT_FORMS if epath.Path(path + suffix).is_file()), None)
+
+
 def open_text(path: str):
-  """Opens the UTF-8 text file `path` for reading, or its gzip-compressed copy `path` +
-  COMPRESSED where a sweep archive keeps it (a trial restored from one keeps it so too). Bad
-  bytes read as U+FFFD, as from a line cut by an interruption. FileNotFoundError when neither
-  exists. Every reader of a run's metrics.jsonl, predictions and sweep log goes through here."""
-  if epath.Path(path).is_file():
+  """Opens the UTF-8 text file `path` for reading, or its compressed copy where a sweep archive
+  keeps it (`text_form`; a trial restored from one keeps it so too). Bad bytes read as U+FFFD,
+  as from a line cut by an interruption. FileNotFoundError when there is none. Every reader of
+  a run's metrics.jsonl, predictions and sweep log goes through here."""
+  suffix = text_form(path)
+  if suffix is None:
+    raise FileNotFoundError(f'no {path} (nor {path}{COMPRESSED})')
+  if suffix == '':
     return storage.open_text(path, errors='replace')
-  compressed = path + COMPRESSED
-  if storage.is_remote(compressed) and epath.Path(compressed).is_file():
-    text = gzip.decompress(epath.Path(compressed).read_bytes())
-    return io.StringIO(text.decode('utf-8', errors='replace'), newline=None)
-  if os.path.isfile(compressed):
-    return gzip.open(compressed, 'rt', encoding='utf-8', errors='replace')
-  raise FileNotFoundError(f'no {path} (nor {path}{COMPRESSED})')
+  if storage.is_remote(path):  # a bucket's object is read whole
+    with TEXT_FORMS[suffix](io.BytesIO(epath.Path(path + suffix).read_bytes())) as f:
+      return io.StringIO(f.read().decode('utf-8', errors='replace'), newline=None)
+  return TEXT_FORMS[suffix](path + suffix, 'rt', encoding='utf-8', errors='replace')
 
 
 def checkpoint_dir(workdir: str) -> str:

@@ -12,9 +12,10 @@ An archived trial keeps only what the reports (reporting/sweep_results.py, run_r
 restore (trial_dirs: finished, the same trial, how it ended) read (`KEPT`): config.json,
 final_metrics.json (and the first one of a run whose limit was relaxed), sweep_status.json,
 run_times.jsonl, config_changes.jsonl; metrics.jsonl, the test split's predictions and the sweep
-log gzip-compressed as NAME.gz (`COMPRESSED`; workdir.open_text reads either form); and the
-attention weights of the tested step (attention/test_stepNNNNNNN.npz, from which the reports
-draw their heatmaps; that step's PNGs only for a run that saved no weights). What is left out
+log xz-compressed as NAME.xz (`COMPRESSED`; layout.open_text reads it, and the NAME.gz of
+older archives, which a copy turns into NAME.xz); and the attention weights of the tested step
+(attention/test_stepNNNNNNN.npz, from which the reports draw their heatmaps; that step's PNGs
+only for a run that saved no weights). What is left out
 can be regenerated from a checkpoint or is never read from an archive: checkpoints (tens of MB
 per trial, useless once tested), TensorBoard events (metrics.jsonl holds the same numbers),
 train.log, the vocabularies (a run with checkpoints keeps them; up to 0.7 MB for a Bible
@@ -30,10 +31,11 @@ ARCHIVE/NAME and WORKDIR/NAME.
 from __future__ import annotations
 
 import fnmatch
-import gzip
+import lzma
 import os
 import shutil
 from collections.abc import Iterable
+from typing import BinaryIO
 
 from attnlab.rundir import layout
 from attnlab.sweeps import trial_dirs
@@ -55,12 +57,24 @@ COMPRESSED = (layout.METRICS_FILE, layout.TEST_PREDICTIONS, trial_dirs.LOG_FILE)
 ATTENTION = 'attention'  # attention/<split>_stepNNNNNNN.npz and _ex<i>.png (evaluation)
 
 
-def write_gzip(source: str, target: str) -> None:
-  """`source` gzip-compressed into `target`, the same bytes for the same input (no file name,
-  no time in the header), so that archiving a trial again changes nothing."""
-  with open(source, 'rb') as f, open(target, 'wb') as raw:
-    with gzip.GzipFile(filename='', mode='wb', fileobj=raw, compresslevel=9, mtime=0) as out:
-      shutil.copyfileobj(f, out)
+def write_xz(source: BinaryIO, target: str) -> None:
+  """The bytes of `source` xz-compressed into `target`, the same bytes for the same input (xz
+  keeps no file name or time), so that archiving a trial again changes nothing. Preset 6, xz's
+  default: its 8 MiB dictionary holds the largest archived file (~1 MB) whole, and preset 9 or
+  PRESET_EXTREME compress results/ no smaller."""
+  with lzma.open(target, 'wb', format=lzma.FORMAT_XZ, preset=6) as out:
+    shutil.copyfileobj(source, out)
+
+
+def _copy_text(source: str, target: str) -> None:
+  """The text file `source` (in any form of layout.TEXT_FORMS) as `target` + COMPRESSED: an
+  xz copy as it is, a plain or gzip one compressed; nothing when there is none."""
+  form = layout.text_form(source)
+  if form == layout.COMPRESSED:
+    shutil.copy2(source + form, target + layout.COMPRESSED)
+  elif form is not None:
+    with layout.TEXT_FORMS[form](source + form, 'rb') as f:
+      write_xz(f, target + layout.COMPRESSED)
 
 
 def _tested_attention(source: str) -> list[str]:
@@ -82,21 +96,15 @@ def _tested_attention(source: str) -> list[str]:
 
 def compact_copy(source: str, target: str) -> None:
   """Writes the new directory `target`: the trial `source` as an archive keeps it (module
-  docstring). A trial that is compact already (restored or archived) is copied as it is."""
+  docstring). A trial that is compact already (restored or archived) is copied as it is, but
+  for an older archive's NAME.gz, which becomes NAME.xz."""
   os.makedirs(target)
-  names = set(os.listdir(source))
-  for name in sorted(names):
+  for name in sorted(os.listdir(source)):
     path = os.path.join(source, name)
-    if not os.path.isfile(path):
-      continue
-    if name in COMPRESSED:
-      write_gzip(path, os.path.join(target, name + layout.COMPRESSED))
-    elif any(fnmatch.fnmatch(name, pattern) for pattern in KEPT) or (
-      name.endswith(layout.COMPRESSED)
-      and name[: -len(layout.COMPRESSED)] in COMPRESSED
-      and name[: -len(layout.COMPRESSED)] not in names  # the plain file wins
-    ):
+    if os.path.isfile(path) and any(fnmatch.fnmatch(name, pattern) for pattern in KEPT):
       shutil.copy2(path, os.path.join(target, name))
+  for name in COMPRESSED:
+    _copy_text(os.path.join(source, name), os.path.join(target, name))
   attention = _tested_attention(source)
   if attention:
     os.makedirs(os.path.join(target, ATTENTION))

@@ -195,7 +195,7 @@ def tested_line(directory: str, metric: str) -> str:
 
 
 def metric_events(directory: str):
-  """metrics.jsonl's lines as dicts (metrics.jsonl.gz in an archived trial: open_text),
+  """metrics.jsonl's lines as dicts (metrics.jsonl.xz in an archived trial: open_text),
   skipping one being written right now."""
   try:
     f = layout.open_text(os.path.join(directory, layout.METRICS_FILE))
