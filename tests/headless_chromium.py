@@ -4,12 +4,14 @@
 Importing this module skips the importing test module, saying which, when chromium,
 chromedriver (Debian: chromium, chromium-driver) or selenium is missing, and fails it under CI
 (conftest.require); .ci/run installs the Debian packages. `save_screenshot` writes into docs/
-(the docs' pictures) when ATTNLAB_UPDATE_SCREENSHOTS=1, else into the test's tmp_path.
+(the docs' pictures) when ATTNLAB_UPDATE_SCREENSHOTS=1, else into the test's tmp_path;
+`cell_colours` reads the colours a heatmap's cells are shown in.
 """
 
 import contextlib
 import importlib.util
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -60,6 +62,21 @@ def fit_window(driver, width: int = WIDTH) -> None:
     'return [document.documentElement.scrollHeight, window.outerHeight - window.innerHeight]'
   )
   driver.set_window_size(width, height + chrome)
+
+
+def cell_colours(table) -> list[list[str]]:
+  """The background colour that the browser shows for each cell of a heatmap table, as
+  '#rrggbb', one list per output row."""
+  rows = table.parent.execute_script(
+    'return Array.from(arguments[0].tBodies[0].rows, function (row) {'
+    '  return Array.from(row.cells).slice(1).map(function (td) {'
+    '    return getComputedStyle(td).backgroundColor; }); });',
+    table,
+  )
+  return [
+    ['#{:02x}{:02x}{:02x}'.format(*map(int, re.findall(r'\d+', c)[:3])) for c in row]
+    for row in rows
+  ]
 
 
 def save_screenshot(driver, name: str, tmp_path: Path) -> Path:

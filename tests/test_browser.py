@@ -1,8 +1,9 @@
 """A real browser opens report.html from disk: headless Chromium driven by selenium.
 
-It sorts a table by clicking headers, hovers a heatmap cell and reads the tooltip, checks that
-the page loaded nothing and logged no error, and saves a screenshot: into docs/report_html.png
-(docs/running.md's picture) when ATTNLAB_UPDATE_SCREENSHOTS=1, else into the test's tmp_path.
+It sorts a table by clicking headers, hovers a heatmap cell and reads the tooltip, reads the
+colours the cells are shown in, checks that the page loaded nothing and logged no error, and
+saves a screenshot: into docs/report_html.png (docs/running.md's picture) when
+ATTNLAB_UPDATE_SCREENSHOTS=1, else into the test's tmp_path.
 Skipped, saying which, when chromium, chromedriver (Debian: chromium, chromium-driver) or
 selenium is missing, and failed under CI (CI=true); .ci/run installs the Debian packages.
 """
@@ -12,12 +13,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from headless_chromium import chromium, fit_window, save_screenshot  # no browser: skips; CI: fails
+from headless_chromium import (  # no browser: skips; CI: fails
+  cell_colours,
+  chromium,
+  fit_window,
+  save_screenshot,
+)
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 from test_report import FINAL_STEP, _name, make_sweep
 
+from attnlab.reporting import html_heatmaps
 from attnlab.reporting import sweep_report as report
 
 # Reverse task: output t copies source S-2-t, then <eos> looks at <eos>. Luong sharper.
@@ -117,6 +124,8 @@ def test_report_in_a_browser(sweep, browser, tmp_path):
   ]
   lit = [th.text for th in heatmap.find_elements(By.CSS_SELECTOR, 'th.lit')]
   assert sorted(lit) == sorted([source[s], output[t]])
+  # Every cell is shown in its weight's colour (the PNG heatmaps' colormap).
+  assert cell_colours(heatmap) == html_heatmaps.colors(weights).tolist()
 
   # Self-contained: nothing was fetched, the page's script ran under its policy, no errors.
   assert browser.execute_script("return performance.getEntriesByType('resource').length") == 0

@@ -120,7 +120,7 @@ def request(url, path, body=None, *, content_type='application/json', raw=None):
 def cells(view_html):
   """The heatmap table's weights as floats, one list per output row."""
   rows = re.findall(r'<tr><th>.*?</th>(.*?)</tr>', view_html.split('<tbody>')[1])
-  return [[float(w) for w in re.findall(r'data-w="([^"]+)"', row)] for row in rows]
+  return [[float(w) for w in re.findall(r'data-w=([^ >]+)', row)] for row in rows]
 
 
 def test_page_is_static_and_may_load_only_its_own_script_and_api(url):

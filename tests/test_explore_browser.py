@@ -2,9 +2,10 @@
 
 `test_typed_input_shows_the_decode_output_and_its_attention` opens the page of trained runs side
 by side, types an input, waits for the heatmaps, checks that each run's displayed output is
-what `python -m attnlab.decode` prints for that input, hovers an anti-diagonal cell and reads
-the tooltip, and saves a screenshot: docs/explore.png (the README's picture) when
-ATTNLAB_UPDATE_SCREENSHOTS=1, else the test's tmp_path. The runs are the session's tiny
+what `python -m attnlab.decode` prints for that input and that its cells show their weights'
+colours, hovers an anti-diagonal cell and reads the tooltip, and saves a screenshot:
+docs/explore.png (the README's picture) when ATTNLAB_UPDATE_SCREENSHOTS=1, else the test's
+tmp_path. The runs are the session's tiny
 reverse run twice, or the run directories in ATTNLAB_EXPLORE_RUNS (os.pathsep-separated;
 the README's picture: a Bahdanau and a Luong run of configs/reverse.py, as its docstring).
 `test_head_selector_nbest_rows_and_errors` drives a 4-head model: eval examples with markup
@@ -20,7 +21,12 @@ import threading
 
 import numpy as np
 import pytest
-from headless_chromium import chromium, fit_window, save_screenshot  # no browser: skips; CI: fails
+from headless_chromium import (  # no browser: skips; CI: fails
+  cell_colours,
+  chromium,
+  fit_window,
+  save_screenshot,
+)
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select, WebDriverWait
@@ -28,6 +34,7 @@ from test_explore import random_run
 
 from attnlab.explore import api
 from attnlab.explore import server as explore
+from attnlab.reporting import html_heatmaps
 from configs import reverse
 
 REPO = os.path.join(os.path.dirname(__file__), '..')
@@ -118,6 +125,8 @@ def test_typed_input_shows_the_decode_output_and_its_attention(tiny_reverse_run,
     rows = pane.find_elements(By.CSS_SELECTOR, 'table.nbest tbody tr')
     assert [r.find_elements(By.TAG_NAME, 'td')[1].text for r in rows] == [result.output]
     assert heatmap_weights(pane) == result.attention.tolist()
+    heatmap = pane.find_element(By.CSS_SELECTOR, 'table.heatmap')
+    assert cell_colours(heatmap) == html_heatmaps.colors(result.attention).tolist()
     assert not pane.find_element(By.CSS_SELECTOR, '.selectors').is_displayed()  # one head
 
   fit_window(browser)  # the whole page in the screenshot

@@ -15,6 +15,8 @@ import pytest
 import test_run_report
 from absl import flags
 from absl.testing import flagsaver
+from matplotlib import colormaps
+from matplotlib.colors import ListedColormap
 from test_report import FINAL_STEP, _name, make_sweep
 
 from attnlab import report as report_command
@@ -248,7 +250,7 @@ def test_heatmap_cells_are_the_saved_weights(tmp_path):
       _save_weights(os.path.join(root, _name(timing, seed)), examples)
       saved[timing, seed] = examples
   report.write_report(root)
-  _, page = _page(os.path.join(root, 'report.html'))
+  text, page = _page(os.path.join(root, 'report.html'))
   tables = page.of_class('heatmap')
   # Rows: the first MAX_EXAMPLES=2 shared examples; columns: variants, seed 0 (shared).
   assert [t['caption'] for t in tables] == [
@@ -264,8 +266,8 @@ def test_heatmap_cells_are_the_saved_weights(tmp_path):
     shown_source, shown_target, shown = _heatmap(table)
     assert (shown_source, shown_target) == (source, output)
     np.testing.assert_array_equal(shown, weights)  # exact float32
-    colours = [[a['style'] for _, a in row[1:]] for row in table['rows']]
-    assert colours == [[f'background:{c}' for c in row] for row in html_heatmaps.colors(weights)]
+    colours = [[_css_colours(text)[a['class']] for _, a in row[1:]] for row in table['rows']]
+    assert colours == html_heatmaps.colors(weights).tolist()
 
 
 def test_viridis_ends_and_middle():
@@ -276,6 +278,38 @@ def test_viridis_ends_and_middle():
     '#fde725',
     '#fde725',
   ]
+
+
+def _css_colours(style: str) -> dict[str, str]:
+  """Class name -> '#rrggbb' of the rules `.NAME{background:#rrggbb}` in `style`."""
+  return dict(re.findall(r'\.(v\d+)\{background:(#[0-9a-f]{6})\}', style))
+
+
+def test_a_cells_class_is_the_colormap_entry_that_matplotlib_picks():
+  n = colormaps[html_heatmaps.CMAP].N
+  bounds = np.arange(n + 1) / n  # where matplotlib's entry changes, and just below
+  weights = np.concatenate(
+    [
+      np.random.default_rng(0).random(100_000),
+      np.random.default_rng(1).random(100_000).astype(np.float32),
+      bounds,
+      np.nextafter(bounds, -1.0),
+      np.nextafter(bounds.astype(np.float32), np.float32(-1)),
+      [1.0, np.nextafter(1.0, 2.0), 1.5, np.inf, -0.0, -1e-30, -0.5, -np.inf],
+    ]
+  )
+  # matplotlib's own choice of entry, read through a colormap whose entry k has red k / (n - 1).
+  numbered = ListedColormap(np.stack([np.arange(n) / (n - 1), np.zeros(n), np.zeros(n)], -1))
+  chosen = np.round(numbered(np.clip(weights, 0.0, 1.0))[:, 0] * (n - 1)).astype(np.int64)
+  np.testing.assert_array_equal(html_heatmaps.levels(weights), chosen)
+  css = _css_colours(html_heatmaps.CELL_CSS)
+  assert len(css) == n == 256  # viridis
+  assert [css[f'v{k}'] for k in chosen] == html_heatmaps.colors(weights).tolist()
+  # The cell: class and exact weight unquoted; NaN (matplotlib's 'bad') gets no colour.
+  assert html_heatmaps.panel('t', [[np.nan, 0.5, 1.0]], 'abc', ['x']).split('<tbody>')[1] == (
+    '<tr><th>x</th><td data-w=nan></td><td class=v128 data-w=0.5></td>'
+    '<td class=v255 data-w=1></td></tr></tbody></table></figure>'
+  )
 
 
 def test_saved_pngs_stand_in_without_weights(tmp_path):

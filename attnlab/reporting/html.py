@@ -30,7 +30,7 @@ import re
 from collections.abc import Mapping
 from html import escape
 
-from attnlab.reporting import html_assets
+from attnlab.reporting import html_assets, html_heatmaps
 
 FILE_NAME = 'report.html'
 HINT = 'Click a column header to sort; hover an attention cell for its tokens and weight.'
@@ -213,7 +213,8 @@ def page(
     '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
     f'<meta http-equiv="Content-Security-Policy" content="{policy}">\n'
     '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-    f'<title>{escape(title)}</title>\n<style>{html_assets.CSS}{extra_css}</style>\n</head>\n'
+    f'<title>{escape(title)}</title>\n<style>{html_assets.CSS}{html_heatmaps.CELL_CSS}{extra_css}'
+    '</style>\n</head>\n'
     f'<body>\n<main>\n{body_html}\n</main>\n<div id="tip" role="tooltip" hidden></div>\n'
     f'<script>{script}</script>\n</body>\n</html>\n'
   )

@@ -1,4 +1,5 @@
-"""The style sheet and script that attnlab/reporting/html.py inlines into every report.html.
+"""The style sheet and script that attnlab/reporting/html.py inlines into every report.html
+(with the heatmap cells' colour classes, which html_heatmaps.CELL_CSS makes from the colormap).
 
 Plain CSS and vanilla JavaScript (no build step, no network). The script does two things:
   - sorts a `table.sortable` by the clicked header: cells with a `data-sort` number compare

@@ -3,9 +3,13 @@
 evaluate.py writes attention/<split>_stepNNNNNNN.npz beside the heatmap PNGs, with
 `weights_<i>` [output tokens, source tokens], `source_<i>` and `output_<i>` per example i.
 Each heatmap is an HTML table: one row per output (target) token, one column per source
-token, one cell per weight, coloured with the PNGs' colormap on the same [0, 1] scale. A
-cell's `data-w` is the float32 weight written exactly (shortest repr that reads back to the
-same float32); hovering shows source token, target token and weight (html_assets.JS).
+token, one cell per weight, coloured with the PNGs' colormap on the same [0, 1] scale. The
+colormap is a table of N colours (viridis: 256), so a cell names its entry k as the class
+v<k>, and the page's style gives each class its colour once (`CELL_CSS`), not each of a
+report's tens of thousands of cells. A cell's `data-w` is the float32 weight written exactly
+(shortest repr that reads back to the same float32); hovering shows source token, target token
+and weight (html_assets.JS).
+Both attributes are unquoted: their values hold no space, quote, '=', '<', '>' or '`'.
 """
 
 from __future__ import annotations
@@ -27,11 +31,34 @@ CMAP = 'viridis'  # as attnlab/decoding/heatmaps.py
 _LEGEND_STOPS = 11
 
 
+def _hex(rgba) -> np.ndarray:
+  codes = np.round(np.asarray(rgba)[..., :3] * 255).astype(np.int64)
+  return np.vectorize(lambda r, g, b: f'#{r:02x}{g:02x}{b:02x}')(*np.moveaxis(codes, -1, 0))
+
+
 def colors(weights) -> np.ndarray:
   """'#rrggbb' per weight, the colormap over [0, 1] (clipped), as the PNG heatmaps."""
-  rgb = colormaps[CMAP](np.clip(np.asarray(weights, np.float64), 0.0, 1.0))[..., :3]
-  codes = np.round(rgb * 255).astype(np.int64)
-  return np.vectorize(lambda r, g, b: f'#{r:02x}{g:02x}{b:02x}')(*np.moveaxis(codes, -1, 0))
+  return _hex(colormaps[CMAP](np.clip(np.asarray(weights, np.float64), 0.0, 1.0)))
+
+
+def levels(weights) -> np.ndarray:
+  """The colormap entry (0..N-1) that `colors` shows for each weight, as matplotlib picks it:
+  floor(w * N) of w clipped to [0, 1], and N - 1 for 1; -1 for NaN (matplotlib's 'bad' colour:
+  the cell stays uncoloured)."""
+  n = colormaps[CMAP].N
+  weights = np.asarray(weights, np.float64)
+  entry = np.minimum(np.floor(np.clip(weights, 0.0, 1.0) * n), n - 1)
+  return np.where(np.isnan(weights), -1, entry).astype(np.int64)
+
+
+# One rule per colormap entry: class v<k> gets entry k's colour (an integer indexes the colormap).
+_ENTRIES = colormaps[CMAP](np.arange(colormaps[CMAP].N))
+CELL_CSS = ''.join(f'.v{k}{{background:{c}}}' for k, c in enumerate(_hex(_ENTRIES)))
+
+
+def _cell(weight, entry) -> str:
+  colour = f' class=v{entry}' if entry >= 0 else ''
+  return f'<td{colour} data-w={exact(weight)}></td>'
 
 
 def exact(weight) -> str:
@@ -46,15 +73,12 @@ def panel(title: str, weights_TxS, source_tokens: Sequence[str], target_tokens: 
     ValueError: weights not 2-D or not (len(target_tokens), len(source_tokens)).
   """
   weights_TxS = heatmaps._check_panel(title, weights_TxS, source_tokens, target_tokens)
-  fill_TxS = colors(weights_TxS)
+  level_TxS = levels(weights_TxS)
   parts = [f'<figure><figcaption>{escape(title)}</figcaption><table class="heatmap"><thead><tr>']
   parts.append('<th></th>' + ''.join(f'<th>{escape(str(s))}</th>' for s in source_tokens))
   parts.append('</tr></thead><tbody>')
   for t, target in enumerate(target_tokens):
-    cells = ''.join(
-      f'<td data-w="{exact(w)}" style="background:{c}"></td>'
-      for w, c in zip(weights_TxS[t], fill_TxS[t], strict=True)
-    )
+    cells = ''.join(_cell(w, k) for w, k in zip(weights_TxS[t], level_TxS[t], strict=True))
     parts.append(f'<tr><th>{escape(str(target))}</th>{cells}</tr>')
   parts.append('</tbody></table></figure>')
   return ''.join(parts)
