@@ -20,7 +20,7 @@ can be regenerated from a checkpoint or is never read from an archive: checkpoin
 per trial, useless once tested), TensorBoard events (metrics.jsonl holds the same numbers),
 train.log, the vocabularies (a run with checkpoints keeps them; up to 0.7 MB for a Bible
 trial), samples/ (the predictions hold every test output) and what evaluations at other steps
-or on the eval split wrote. A G2P trial takes ~0.2 MB, a Bible one ~0.3 MB. Restoring copies
+or on the eval split wrote. A G2P trial takes ~0.16 MB, a Bible one ~0.23 MB. Restoring copies
 the compact trial as it is (`replace_tree` is the one copy: archiving, restoring, and sharing a
 trial between experiments, shared.py), so the restored trial is finished, the sweep skips it
 and its report reads the same numbers.
