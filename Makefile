@@ -33,7 +33,7 @@ $(TEST_STAMP): $(STAMP)
 	$(PY) -m pip install -q -e '.[test]'
 	touch $(TEST_STAMP)
 
-# The PyTorch reference of benchmarks/ (CPU wheel); tests/test_benchmarks.py proves it equal
+# The PyTorch reference of benchmarks/ (CPU wheel); tests/house/test_benchmarks.py proves it equal
 # to attnlab when it is installed. .ci/run installs it.
 $(BENCH_STAMP): $(STAMP)
 	$(PY) -m pip install -q -e '.[bench]'
@@ -49,7 +49,7 @@ demo: $(STAMP)
 # 361 / 336 s serial, 184 / 170 s with 2). More cores: make test TEST_WORKERS=8.
 TEST_WORKERS ?= 2
 
-# -rs lists each skipped test with its reason: a part missing outside CI (conftest.require).
+# -rs lists each skipped test with its reason: a part missing outside CI (tests/support/parts.py).
 test: $(TEST_STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q -rs -x -n $(TEST_WORKERS) --durations=15
