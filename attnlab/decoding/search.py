@@ -196,8 +196,8 @@ def top_k(x_BxN: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
   one [:k] slice. Beam search also slices the values it gets to [:W]; XLA folds the two slices
   into the sort's output, and the rewrite then falls back to a full stable sort of every row of
   W * V candidates (9.6 s of a 10.5 s Bible-sized beam batch). The barrier keeps the slice
-  whole, so all three calls in a beam step run as TopK (tests/test_search.py checks the compiled
-  program; benchmarks/OPTIMISATIONS.md has the numbers).
+  whole, so all three calls in a beam step run as TopK (tests/decoding/test_search.py checks the
+  compiled program; benchmarks/OPTIMISATIONS.md has the numbers).
   """
   return lax.optimization_barrier(lax.top_k(x_BxN, k))
 

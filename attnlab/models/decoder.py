@@ -308,7 +308,8 @@ def unroll(cell: DecoderCell, carry: DecoderCarry, tgt_in_BxT, memory: Memory, *
 
   A decoder whose RNN reads attention loops the step (`unroll_steps`); one whose RNN does not
   (Luong without input feeding, none, fixed) runs the RNN over all T steps and attends for all T
-  queries at once (`DecoderCell.whole_sequence`); the two are equal (tests/test_rnn_decoder).
+  queries at once (`DecoderCell.whole_sequence`); the two are equal
+  (tests/models/test_rnn_decoder_unroll.py).
   """
   if rnn_reads_attention(cell.config):
     return unroll_steps(cell, carry, tgt_in_BxT, memory, train=train)

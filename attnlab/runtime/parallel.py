@@ -114,7 +114,7 @@ class DataParallel:
 
     Only local buffers are read. Indexing an array that spans several processes runs one
     cross-process computation per leaf instead, which hung now and then with two CPU processes
-    (tests/test_multihost.py) and costs a collective per leaf anywhere.
+    (tests/runtime/test_multihost.py) and costs a collective per leaf anywhere.
     """
     local = jax.device_get(jax.tree.map(lambda x: x.addressable_data(0), tree))
     if self.mode == 'pmap':  # pmap shards keep the device axis, of size 1

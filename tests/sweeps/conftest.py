@@ -7,8 +7,8 @@ import pytest
 # The sweep runner tests run their trials through this interpreter.
 FAKE_MAIN = """\
 #!{python}
-# Stands in for `python -m attnlab.main`: logs step 2, then finishes (after FAKE_SECONDS), fails
-# or hangs.
+# Stands in for `python -m attnlab.main`: saves and logs step 2, then finishes (after
+# FAKE_SECONDS), fails or hangs.
 import json, os, sys, time
 args = dict(a.split('=', 1) for a in sys.argv[3:])
 workdir = args['--workdir']
@@ -18,9 +18,10 @@ if seed == '13':
   print('Traceback (most recent call last):')
   print('ValueError: seed 13 is unlucky')
   sys.exit(1)
+# The checkpoint first: a test that interrupts once step 2 is logged finds it to resume from.
+os.makedirs(os.path.join(workdir, 'checkpoints', '2'), exist_ok=True)
 with open(os.path.join(workdir, 'metrics.jsonl'), 'a') as f:
   f.write(json.dumps({{'step': 2, 'split': 'train'}}) + '\\n')
-os.makedirs(os.path.join(workdir, 'checkpoints', '2'), exist_ok=True)
 if os.environ.get('FAKE_HANG') == '1':
   time.sleep(120)
 time.sleep(float(os.environ.get('FAKE_SECONDS', '0')))  # a trial that takes a while
