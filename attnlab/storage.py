@@ -73,6 +73,17 @@ def copy_file(source: str | os.PathLike, target: str | os.PathLike) -> None:
   epath.Path(target).write_bytes(epath.Path(source).read_bytes())
 
 
+def copy_tree(source: str | os.PathLike, target: str, *, top_only: bool = False) -> None:
+  """Copies the files under the folder `source` (local or a bucket's) into the local folder
+  `target`, keeping their relative paths; with `top_only`, the files directly in it alone."""
+  root = epath.Path(source)
+  for path in root.iterdir() if top_only else root.rglob('*'):
+    if path.is_file():
+      local = os.path.join(target, os.path.relpath(os.fspath(path), os.fspath(root)))
+      os.makedirs(os.path.dirname(local), exist_ok=True)
+      copy_file(path, local)
+
+
 def append_text(path: str | os.PathLike, text: str) -> None:
   """Adds `text` at the end of the UTF-8 file `path`, made if absent. An object is read and
   written again whole: it cannot grow."""

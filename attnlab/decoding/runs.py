@@ -193,7 +193,8 @@ def load_run(workdir: str, checkpoint: str | int = 'best') -> TrainedRun:
   workdir = os.fspath(workdir)
   cfg, raw, added = read_config(workdir)
   source_vocab, target_vocab = read_vocabularies(workdir)
-  available = layout.saved_steps(workdir)
+  # A published results folder (attnlab.run_report --model) holds the best checkpoint alone.
+  available = layout.saved_steps(workdir) or layout.saved_steps(workdir, best=True)
   if not available:
     raise RunDirError(f'{workdir} has no checkpoint in {layout.checkpoint_dir(workdir)}; '
                       f'training saves one every train.checkpoint_every='

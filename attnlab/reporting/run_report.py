@@ -9,10 +9,12 @@ wall time, parameters, steps, training tokens/s, final metrics per split, whethe
 converged (reporting/convergence.py: what ended it, patience, the learning-rate floor or the
 step cap, and whether the dev selection metric still moved over the last quarter), breakdowns
 by source length, locale and format), OUT/by_length.png, OUT/learning_curve.png (with the dev
-curve and its selected step), up to `MAX_HEATMAPS` heatmaps in OUT/attention/, copies of
-config.json and final_metrics.json, and OUT/report.html: the README as one self-contained page
+curve and its selected step), up to `MAX_HEATMAPS` heatmaps in OUT/attention/, the run's files
+as a sweep archive keeps a trial (`archive_run`: config.json, final_metrics.json, metrics, test
+predictions, run times, provenance), and OUT/report.html: the README as one self-contained page
 (reporting/html.py) whose heatmaps, drawn from the run's saved weights, show token and weight
-on hover.
+on hover. With --model, also the best checkpoint and vocabularies (rundir/publish.py): OUT then
+opens as a run.
 Wall time: --wall_s, else the sum over RUN_DIR/run_times.jsonl (one line per process run).
 RUN_DIR may be a bucket's folder (gs://bucket/run, read through etils.epath); OUT is local.
 OUT must be a new or empty folder, or this run's report from before (`check_out`), which is then
@@ -24,6 +26,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
+import tempfile
 
 import numpy as np
 from etils import epath
@@ -35,9 +39,10 @@ from attnlab.metrics import is_number
 from attnlab.reporting import convergence, html, html_heatmaps, sweep_results
 from attnlab.reporting import plots as report_plots
 from attnlab.reporting import stats as report_stats
-from attnlab.rundir import layout
+from attnlab.rundir import layout, publish
 from attnlab.rundir.layout import RUN_TIMES
 from attnlab.runtime import provenance
+from attnlab.sweeps import archive
 from attnlab.sweeps.progress import duration
 from attnlab.sweeps.trials import Trial
 
@@ -322,14 +327,53 @@ def check_out(run_dir: str, out: str) -> None:
   )
 
 
+def archive_run(run_dir: str, out: str) -> None:
+  """Copies into OUT what a sweep archive keeps of a trial (sweeps/archive.py: config.json,
+  final_metrics.json, run_times.jsonl, provenance.jsonl, the compressed metrics.jsonl and test
+  predictions, the tested step's attention weights), so that every number of the report can be
+  recomputed from OUT alone."""
+  tmp = os.path.join(out, f'.archive.{os.getpid()}.tmp')
+  shutil.rmtree(tmp, ignore_errors=True)
+  with tempfile.TemporaryDirectory() as staged:
+    if storage.is_remote(run_dir):  # a bucket's run: its files and heatmaps, read through epath
+      storage.copy_tree(run_dir, staged, top_only=True)
+      if epath.Path(run_dir, layout.ATTENTION).is_dir():
+        storage.copy_tree(epath.Path(run_dir, layout.ATTENTION),
+                          os.path.join(staged, layout.ATTENTION))
+    archive.compact_copy(staged if storage.is_remote(run_dir) else run_dir, tmp)
+  for folder, _, names in os.walk(tmp):
+    target = os.path.join(out, os.path.relpath(folder, tmp))
+    os.makedirs(target, exist_ok=True)
+    for name in names:
+      os.replace(os.path.join(folder, name), os.path.join(target, name))
+  shutil.rmtree(tmp)
+
+
+def model_lines(out: str, step: int) -> list[str]:
+  return [
+    f'- Model: the parameters of step {step:,} (checkpoints/best/) and the vocabularies, so this '
+    'folder opens as a run directory:',
+    '',
+    f'      echo INPUT | python -m attnlab.decode --workdir={out}',
+  ]
+
+
 def write_run_report(
-  run_dir: str, out: str, *, command: str | None = None, wall_s: float | None = None
+  run_dir: str,
+  out: str,
+  *,
+  command: str | None = None,
+  wall_s: float | None = None,
+  model: bool = False,
 ) -> str:
-  """Writes OUT/README.md, plots and copies (see the module docstring); returns the README path.
+  """Writes OUT/README.md, plots and copies (see the module docstring), with `model` also the
+  best checkpoint and vocabularies (rundir/publish.py); returns the README path.
 
   Raises:
     RunReportError: RUN_DIR lacks config.json or final_metrics.json, or OUT may not be written
       (`check_out`); nothing is written then.
+    PublishError: `model` and RUN_DIR has no best checkpoint or vocabularies; nothing is
+      written then.
   """
   config = _load_json(run_dir, layout.CONFIG_FILE)
   match = re.search(r'--config[= ]([^\s\'"]+)', command or '')
@@ -339,10 +383,13 @@ def write_run_report(
   # Splits are the dicts of final_metrics.json, except `selection` (how the step was chosen).
   splits = [s for s, v in final.items() if isinstance(v, dict) and s != 'selection']
   check_out(run_dir, out)
+  if model:
+    publish.check_model(run_dir)  # refused before anything is written
   os.makedirs(out, exist_ok=True)
-  for name in (layout.CONFIG_FILE, layout.FINAL_METRICS_FILE):
-    storage.copy_file(os.path.join(run_dir, name), os.path.join(out, name))
+  archive_run(run_dir, out)
   lines = summary(run_dir, result, task, config_file, command, wall_s)
+  if model:
+    lines += model_lines(out, publish.copy_model(run_dir, out))
   lines += ['', '## Final metrics', ''] + metrics_table(final, splits)
   lines += ['', convergence.run_line(result.verdict)]
   for s in splits:

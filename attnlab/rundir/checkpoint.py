@@ -63,10 +63,10 @@ from jax.experimental import multihost_utils
 from attnlab import storage
 from attnlab.errors import UserError
 from attnlab.rundir import damage
+from attnlab.rundir.layout import BEST_CHECKPOINTS as BEST_DIR
 from attnlab.runtime import logs
 
 _ITEMS = ('state', 'data', 'config')
-BEST_DIR = 'best'
 # Options orbax would otherwise change for read_only=True, one warning each.
 _READ_ONLY = ocp.CheckpointManagerOptions(
   read_only=True, max_to_keep=None, save_interval_steps=0, create=False,

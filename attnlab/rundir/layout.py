@@ -25,6 +25,7 @@ METRICS_FILE = 'metrics.jsonl'  # one JSON event per line: {step, split, metric:
 FINAL_METRICS_FILE = 'final_metrics.json'  # written when the run ends: the test of the best step
 VOCAB_FILES = {'source': 'source_vocab.json', 'target': 'target_vocab.json'}
 CHECKPOINTS = 'checkpoints'  # RUN/checkpoints/<step>/ (the latest ones) and best/<step>/
+BEST_CHECKPOINTS = 'best'  # the parameters of each improvement of the selection metric
 # One line per process run, finished or not: {first_step, last_step, wall_s, outcome,
 # finished_at}; a resumed run adds a line (attnlab.run_report sums wall_s).
 RUN_TIMES = 'run_times.jsonl'
@@ -109,13 +110,15 @@ def checkpoint_dir(workdir: str) -> str:
   return os.path.join(workdir, CHECKPOINTS)
 
 
+def best_checkpoint_dir(workdir: str) -> str:
+  return os.path.join(checkpoint_dir(workdir), BEST_CHECKPOINTS)
+
+
 def saved_steps(workdir: str, *, best: bool = False) -> list[int]:
   """Checkpoint steps on disk, ascending: the numeric folders of RUN/checkpoints (finished
   saves: orbax writes into a temporary name first, or, on an object store, into the step's own
   folder, marked finished by ORBAX_COMMIT_FILE), or of RUN/checkpoints/best."""
-  folder = epath.Path(checkpoint_dir(workdir))
-  if best:
-    folder = folder / 'best'
+  folder = epath.Path(best_checkpoint_dir(workdir) if best else checkpoint_dir(workdir))
   if not folder.is_dir():
     return []
   steps = [p for p in folder.iterdir() if p.name.isdigit()]

@@ -4,6 +4,8 @@ import json
 import os
 import re
 
+import jax
+import numpy as np
 import pytest
 from absl import flags
 from absl.testing import flagsaver
@@ -12,8 +14,10 @@ from support.fake_run import COMMAND, FINAL, TEST
 from support.files import file_tree, jsonl, write_file
 from support.smoke_runs import one_error_line, run_cli
 
+import attnlab
 from attnlab import run_report as run_report_command
 from attnlab.reporting import run_report
+from attnlab.rundir import layout, publish
 from attnlab.train import loop as train
 
 GOLDEN = [
@@ -186,3 +190,29 @@ def test_its_own_report_and_an_empty_folder_are_written(run_dir, tmp_path, monke
   for name in ('g2p', 'bible', 'dates'):
     published = os.path.join(REPO, 'results', name)
     assert run_report.reported_run(published), name
+
+
+def test_with_the_model_the_folder_opens_as_the_run(tiny_reverse_run, tmp_path):
+  out = tmp_path / 'results' / 'reverse'
+  path = run_report.write_run_report(tiny_reverse_run, str(out), model=True)
+  trained, published = attnlab.load_run(tiny_reverse_run), attnlab.load_run(str(out))
+  assert os.listdir(out / 'checkpoints') == ['best']  # parameters only: no optimizer state
+  assert published.step == trained.step
+  same = jax.tree.map(np.array_equal, trained.params, published.params)
+  assert all(jax.tree.leaves(same))
+  with open(os.path.join(tiny_reverse_run, 'predictions_test.jsonl')) as f:
+    predictions = [json.loads(line) for line in f]
+  assert not (out / 'predictions_test.jsonl').exists()  # compressed, as a sweep archive keeps it
+  with layout.open_text(str(out / 'predictions_test.jsonl')) as f:
+    assert [json.loads(line) for line in f] == predictions
+  sources = [p['source'] for p in predictions[:8]]
+  outputs = [d.output for d in trained.decode(sources)]
+  assert [d.output for d in published.decode(sources)] == outputs
+  assert f'echo INPUT | python -m attnlab.decode --workdir={out}' in open(path).read()
+
+
+def test_a_run_without_a_best_checkpoint_is_refused_before_writing(run_dir, tmp_path):
+  out = tmp_path / 'results' / 'g2p'
+  with pytest.raises(publish.PublishError, match='has no best checkpoint in .*checkpoints/best'):
+    run_report.write_run_report(str(run_dir), str(out), model=True)
+  assert not out.exists()
