@@ -1,6 +1,6 @@
 # Two commands for a fresh machine: `make demo` trains the default task on CPU,
 # `make test` runs the test suite. Both create .venv and install what they need: the demo
-# attnlab alone, the tests also its test extra (pytest, ruff, selenium).
+# attnlab alone, the tests also its test extra (pytest, ruff, selenium, nbclient).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: demo test check lint bench-deps clean-venv ablations
+.PHONY: demo test check lint bench-deps clean-venv ablations notebook
 
 # jax 0.10, flax 0.12 and grain 0.2.18 require Python >= 3.11: an older interpreter is refused
 # in one line before a virtualenv is made of it (pip would fail later, in a page of resolver
@@ -28,7 +28,8 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e .
 	touch $(STAMP)
 
-# pytest, pytest-xdist, pytest-timeout, ruff, selenium: added to a demo's .venv by make test.
+# pytest, pytest-xdist, pytest-timeout, ruff, selenium, nbclient + ipykernel (the notebook's
+# test): added to a demo's .venv by make test.
 $(TEST_STAMP): $(STAMP)
 	$(PY) -m pip install -q -e '.[test]'
 	touch $(TEST_STAMP)
@@ -92,3 +93,10 @@ lint: $(TEST_STAMP)
 
 clean-venv:
 	rm -rf $(VENV)
+
+# docs/tour.ipynb run again from the start, its outputs saved in place (what the test compares).
+notebook: $(TEST_STAMP)
+	$(PY) -c "import nbclient, nbformat; nb = nbformat.read('docs/tour.ipynb', as_version=4); \
+	nbclient.NotebookClient(nb, timeout=600, record_timing=False, \
+	resources={'metadata': {'path': 'docs'}}).execute(); \
+	nbformat.write(nb, 'docs/tour.ipynb')"

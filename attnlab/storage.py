@@ -75,12 +75,15 @@ def copy_file(source: str | os.PathLike, target: str | os.PathLike) -> None:
 
 def copy_tree(source: str | os.PathLike, target: str, *, top_only: bool = False) -> None:
   """Copies the files under the folder `source` (local or a bucket's) into the local folder
-  `target`, keeping their relative paths; with `top_only`, the files directly in it alone."""
-  root = epath.Path(source)
-  for path in root.iterdir() if top_only else root.rglob('*'):
-    if path.is_file():
-      local = os.path.join(target, os.path.relpath(os.fspath(path), os.fspath(root)))
-      os.makedirs(os.path.dirname(local), exist_ok=True)
+  `target`, keeping their relative paths; with `top_only`, the files directly in it alone. A
+  folder at a time: a bucket is not searched recursively (one listing per folder)."""
+  for path in epath.Path(source).iterdir():
+    local = os.path.join(target, path.name)
+    if path.is_dir():
+      if not top_only:
+        copy_tree(path, local)
+    else:
+      os.makedirs(target, exist_ok=True)
       copy_file(path, local)
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import tempfile
 
@@ -349,12 +350,15 @@ def archive_run(run_dir: str, out: str) -> None:
   shutil.rmtree(tmp)
 
 
-def model_lines(out: str, step: int) -> list[str]:
+def model_lines(run_dir: str, out: str, step: int) -> list[str]:
+  """The README's lines on the copied model, with a decode command for the first test input."""
+  predictions = sweep_results.read_jsonl(os.path.join(run_dir, layout.TEST_PREDICTIONS))
+  example = predictions[0].get('source', 'INPUT') if predictions else 'INPUT'
   return [
     f'- Model: the parameters of step {step:,} (checkpoints/best/) and the vocabularies, so this '
     'folder opens as a run directory:',
     '',
-    f'      echo INPUT | python -m attnlab.decode --workdir={out}',
+    f'      echo {shlex.quote(example)} | python -m attnlab.decode --workdir={out}',
   ]
 
 
@@ -389,7 +393,7 @@ def write_run_report(
   archive_run(run_dir, out)
   lines = summary(run_dir, result, task, config_file, command, wall_s)
   if model:
-    lines += model_lines(out, publish.copy_model(run_dir, out))
+    lines += model_lines(run_dir, out, publish.copy_model(run_dir, out))
   lines += ['', '## Final metrics', ''] + metrics_table(final, splits)
   lines += ['', convergence.run_line(result.verdict)]
   for s in splits:

@@ -63,7 +63,7 @@ from jax.experimental import multihost_utils
 from attnlab import storage
 from attnlab.errors import UserError
 from attnlab.rundir import damage
-from attnlab.rundir.layout import BEST_CHECKPOINTS as BEST_DIR
+from attnlab.rundir.layout import BEST_CHECKPOINTS
 from attnlab.runtime import logs
 
 _ITEMS = ('state', 'data', 'config')
@@ -200,7 +200,9 @@ class Checkpointer:
     step = self.best_step() if step is None else step
     if step is None or step not in self.best_steps():
       which = '' if step is None else f' for step {step}'
-      raise MissingCheckpointError(f'no best checkpoint{which} in {self.directory / BEST_DIR}')
+      raise MissingCheckpointError(
+        f'no best checkpoint{which} in {self.directory / BEST_CHECKPOINTS}'
+      )
     manager = self._best_manager(create=False)
     manager.wait_until_finished()
     return manager.restore(step, args=ocp.args.Composite(data=ocp.args.JsonRestore())).data
@@ -310,7 +312,7 @@ class Checkpointer:
 
   def _best_manager(self, create: bool) -> ocp.CheckpointManager | None:
     if self._best is None:
-      path = self.directory / BEST_DIR
+      path = self.directory / BEST_CHECKPOINTS
       if not create and not path.exists():
         return None
       options = _READ_ONLY if self._read_only else ocp.CheckpointManagerOptions(

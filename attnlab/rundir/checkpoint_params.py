@@ -22,7 +22,7 @@ from etils import epath
 
 from attnlab.errors import UserError
 from attnlab.rundir import damage
-from attnlab.rundir.checkpoint import BEST_DIR, Checkpointer, MissingCheckpointError
+from attnlab.rundir.checkpoint import BEST_CHECKPOINTS, Checkpointer, MissingCheckpointError
 
 
 class UnreadableCheckpointError(UserError):
@@ -48,12 +48,12 @@ def restore(ckpt: Checkpointer, which: str | int = 'best', target_params: Any = 
   ckpt.wait()
   latest, best = ckpt.all_steps(), ckpt.best_steps()
   if which == 'best':
-    folder, step = BEST_DIR, (best[-1] if best else None)
+    folder, step = BEST_CHECKPOINTS, (best[-1] if best else None)
   elif which == 'latest':
     folder, step = '', (latest[-1] if latest else None)
   elif str(which).isdigit() and int(which) in latest + best:
     step = int(which)
-    folder = '' if step in latest else BEST_DIR
+    folder = '' if step in latest else BEST_CHECKPOINTS
   else:
     folder, step = '', None
   if step is None:
@@ -82,7 +82,7 @@ def damaged_metadata(ckpt: Checkpointer) -> list[epath.Path]:
   """The `_CHECKPOINT_METADATA` files that are not JSON. Orbax keeps its record of a save
   there (timestamps, item handlers); restoring the items does not need it."""
   bad = []
-  for folder, steps in (('', ckpt.all_steps()), (BEST_DIR, ckpt.best_steps())):
+  for folder, steps in (('', ckpt.all_steps()), (BEST_CHECKPOINTS, ckpt.best_steps())):
     for step in steps:
       path = _step_dir(ckpt.directory, folder, step) / '_CHECKPOINT_METADATA'
       try:
@@ -124,7 +124,7 @@ def _readable_choices(ckpt: Checkpointer, failed: tuple[str, int], target_params
   latest, best = ckpt.all_steps(), ckpt.best_steps()
   candidates = [(s, '', str(s)) for s in latest]
   candidates += [
-    (s, BEST_DIR, 'best' if s == best[-1] else str(s))
+    (s, BEST_CHECKPOINTS, 'best' if s == best[-1] else str(s))
     for s in best
     if s == best[-1] or s not in latest
   ]

@@ -2,9 +2,10 @@
 
 `copy_model(RUN, OUT)` copies RUN's vocabularies and its best checkpoint (parameters and the
 record of the choice: checkpoints/best/<step>/, no optimizer state, about a third of a latest
-checkpoint's size) into OUT beside OUT's config.json. attnlab.decode, attnlab.evaluate,
-attnlab.explore and attnlab.load_run then read OUT as they read RUN, with --checkpoint=best
-(the default), and a reader of the results can decode with the model without training it.
+checkpoint's size) from RUN, a local folder or a bucket's, into the local folder OUT beside
+OUT's config.json. attnlab.decode, attnlab.evaluate, attnlab.explore and attnlab.load_run then
+read OUT as they read RUN, with --checkpoint=best (the default), and a reader of the results
+can decode with the model without training it.
 """
 
 from __future__ import annotations
@@ -12,6 +13,9 @@ from __future__ import annotations
 import os
 import shutil
 
+from etils import epath
+
+from attnlab import storage
 from attnlab.errors import UserError
 from attnlab.rundir import layout
 
@@ -35,7 +39,7 @@ def check_model(run_dir: str) -> tuple[int, str]:
       ': a run saves one at each evaluation that improves the selection metric'
     )
   for name in layout.VOCAB_FILES.values():
-    if not os.path.isfile(os.path.join(run_dir, name)):
+    if not epath.Path(run_dir, name).is_file():
       raise PublishError(
         f'{os.path.join(run_dir, name)} is missing: the model cannot be used without it'
       )
@@ -51,11 +55,11 @@ def copy_model(run_dir: str, out: str) -> int:
   """
   step, source = check_model(run_dir)
   for name in layout.VOCAB_FILES.values():
-    shutil.copyfile(os.path.join(run_dir, name), os.path.join(out, name))
+    storage.copy_file(os.path.join(run_dir, name), os.path.join(out, name))
   target = layout.best_checkpoint_dir(out)
   tmp = f'{target}.{os.getpid()}.tmp'
   shutil.rmtree(tmp, ignore_errors=True)
-  shutil.copytree(source, os.path.join(tmp, str(step)))
+  storage.copy_tree(source, os.path.join(tmp, str(step)))
   shutil.rmtree(target, ignore_errors=True)  # an earlier copy, perhaps of another step
   os.makedirs(os.path.dirname(target), exist_ok=True)
   os.replace(tmp, target)

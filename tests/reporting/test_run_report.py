@@ -3,6 +3,7 @@
 import json
 import os
 import re
+import shlex
 
 import jax
 import numpy as np
@@ -208,7 +209,8 @@ def test_with_the_model_the_folder_opens_as_the_run(tiny_reverse_run, tmp_path):
   sources = [p['source'] for p in predictions[:8]]
   outputs = [d.output for d in trained.decode(sources)]
   assert [d.output for d in published.decode(sources)] == outputs
-  assert f'echo INPUT | python -m attnlab.decode --workdir={out}' in open(path).read()
+  example = shlex.quote(predictions[0]['source'])
+  assert f'echo {example} | python -m attnlab.decode --workdir={out}' in open(path).read()
 
 
 def test_a_run_without_a_best_checkpoint_is_refused_before_writing(run_dir, tmp_path):

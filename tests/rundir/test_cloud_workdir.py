@@ -253,12 +253,15 @@ def test_a_training_in_a_bucket_writes_what_a_local_one_does_and_reads_back(buck
   written = buckets / out_dir.removeprefix('gs://') / 'metrics.json'
   assert json.loads(written.read_text())['test'] == json.loads(json.dumps(record['test']))
 
-  readme = run_report.write_run_report(f'{BUCKET}/run', str(tmp_path / 'report'))
+  readme = run_report.write_run_report(f'{BUCKET}/run', str(tmp_path / 'report'), model=True)
   with open(readme, encoding='utf-8') as f:
     assert f'Run directory `{BUCKET}/run`' in f.read()
   report = os.listdir(tmp_path / 'report')
   assert {'config.json', 'final_metrics.json', 'learning_curve.png', 'report.html'} <= set(report)
+  assert {'metrics.jsonl.xz', 'predictions_test.jsonl.xz', 'run_times.jsonl'} <= set(report)
   assert os.listdir(tmp_path / 'report' / 'attention')
+  published = runs.load_run(str(tmp_path / 'report'))  # the model, copied out of the bucket
+  assert [d.output for d in published.decode(inputs)] == [d.output for d in run.decode(inputs)]
 
 
 @pytest.mark.slow
