@@ -27,7 +27,6 @@ as one self-contained page: sortable tables, the plots inline, hoverable attenti
 
 from __future__ import annotations
 
-import collections
 import csv
 import io
 import os
@@ -35,7 +34,7 @@ import os
 import numpy as np
 
 from attnlab.metrics import is_number, lower_is_better
-from attnlab.reporting import comparisons, convergence, effects, html, html_heatmaps
+from attnlab.reporting import comparisons, compute, convergence, effects, html, html_heatmaps
 from attnlab.reporting import plots as report_plots
 from attnlab.reporting.length_tables import by_length_table, fmt_stat
 from attnlab.reporting.seed_tests import ALPHA, comparison_cells, finding, variant_test
@@ -53,10 +52,8 @@ from attnlab.reporting.sweep_results import (
   collect,
   mean_std,
 )
-from attnlab.runtime import provenance
 from attnlab.sweeps import progress
 from attnlab.sweeps import trials as trials_lib
-from attnlab.sweeps.shared import COPIED_FROM
 
 EXTRA_METRICS = ('per', 'wer', 'bleu', 'chrf')  # shown when a task reports them
 ATTENTION_METRICS = ('attention_entropy', 'alignment_error_rate')
@@ -170,60 +167,6 @@ def _varied_alone(variants: list[Variant], key: str) -> bool:
   return any(len(values) > 1 for values in seen.values())
 
 
-def compute_line(variants: list[Variant]) -> str:
-  """What the finished trials cost: their wall time (each trial's own, whatever ran beside
-  it) and CPU time (all threads of its processes; pauses and neighbours do not count)."""
-  finished = sum(len(v.finished) for v in variants)
-  walls = [w for v in variants for w in v.wall_times()]
-  cpus = [c for v in variants for c in v.cpu_times()]
-  line = f'Compute: {finished} finished trial(s)'
-  if walls:
-    line += f', {progress.duration(sum(walls))} of trial wall time'
-  if cpus:
-    line += f', {progress.duration(sum(cpus))} of CPU time'
-    line += f' ({progress.duration(float(np.mean(cpus)))} per trial'
-    line += f'; {len(cpus)} of them recorded it)' if len(cpus) < finished else ')'
-  copied = sorted({r.status[COPIED_FROM].split('/')[0] for v in variants for r in v.finished
-                   if r.status.get(COPIED_FROM)})
-  if copied:
-    count = sum(bool(r.status.get(COPIED_FROM)) for v in variants for r in v.finished)
-    line += (f'; {count} of them trained once for another experiment ({", ".join(copied)}: '
-             'the same config) and copied, their compute counted in both')
-  return line + '. Wall/trial and CPU/trial below are means over finished seeds.' + machines(
-    variants)
-
-
-def machines(variants: list[Variant]) -> str:
-  """' Machines: NAME (N process runs), ...': what the finished trials' times were measured on
-  (run_times.jsonl), '' where no run named its machine."""
-  runs = collections.Counter(t.get('machine') for v in variants for r in v.finished
-                             for t in r.run_times)
-  named = sorted((name, n) for name, n in runs.items() if name)
-  if not named:
-    return ''
-  parts = [f'{name} ({n} process run(s))' for name, n in named]
-  if runs[None]:
-    parts.append(f'not recorded ({runs[None]}: runs from before run_times.jsonl named it)')
-  return ' Machines: ' + ', '.join(parts) + '.'
-
-
-def provenance_lines(variants: list[Variant]) -> list[str]:
-  """One line per distinct provenance of the finished trials' last process runs
-  (provenance.jsonl) with the trials it covers; [] where no trial recorded one."""
-  trials = collections.defaultdict(list)
-  for v in variants:
-    for r in v.finished:
-      if r.provenance:
-        trials[provenance.one_line(r.provenance[-1])].append(r.trial.name)
-  if not trials:
-    return []
-  lines = ['', 'Provenance (provenance.jsonl: the last process run of each finished trial):', '']
-  for line, names in sorted(trials.items(), key=lambda item: -len(item[1])):
-    lines.append(f'- {line}: {len(names)} trial(s)' + ('' if len(trials) == 1 else
-                                                       f' ({", ".join(sorted(names))})'))
-  return lines
-
-
 def family_lines(size: int) -> list[str]:
   """What the tables' tests are, for the report's introduction; `size`: the family's tests."""
   return [
@@ -267,8 +210,8 @@ def markdown(
     '',
     convergence.rule(),
     '',
-    compute_line([v for vs in groups.values() for v in vs]),
-    *provenance_lines([v for vs in groups.values() for v in vs]),
+    compute.compute_line([v for vs in groups.values() for v in vs]),
+    *compute.provenance_lines([v for vs in groups.values() for v in vs]),
   ]
   for group, variants in groups.items():
     ranked_by = primary_metric(variants, metric)

@@ -17,7 +17,7 @@ from support.smoke_runs import one_error_line, run_cli
 
 import attnlab
 from attnlab import run_report as run_report_command
-from attnlab.reporting import run_report
+from attnlab.reporting import run_folder, run_report
 from attnlab.rundir import layout, publish
 from attnlab.train import loop as train
 
@@ -106,7 +106,7 @@ def test_missing_final_metrics_names_the_file(run_dir, tmp_path):
   out = tmp_path / 'out'
   with pytest.raises(ValueError, match=re.escape(str(run_dir / 'final_metrics.json'))):
     run_report.write_run_report(str(run_dir), str(out))
-  with flagsaver.flagsaver(), pytest.raises(run_report.RunReportError, match='json not found'):
+  with flagsaver.flagsaver(), pytest.raises(run_folder.RunReportError, match='json not found'):
     run_report_command.main(flags.FLAGS(['run_report', str(run_dir), f'--out={out}']))
   assert not out.exists()
 
@@ -186,11 +186,11 @@ def test_its_own_report_and_an_empty_folder_are_written(run_dir, tmp_path, monke
   run_report.write_run_report('run', str(out), command=COMMAND)  # the same run, relative
   assert (out / 'README.md').read_text() == first.replace(f'`{run_dir}`', '`run`')
   assert (out / 'notes.txt').read_text() == 'kept\n'
-  assert run_report.reported_run(str(out)) == 'run'
+  assert run_folder.reported_run(str(out)) == 'run'
   # The reports published in results/ name their run the same way: a rerun rewrites them.
   for name in ('g2p', 'bible', 'dates'):
     published = os.path.join(REPO, 'results', name)
-    assert run_report.reported_run(published), name
+    assert run_folder.reported_run(published), name
 
 
 def test_with_the_model_the_folder_opens_as_the_run(tiny_reverse_run, tmp_path):

@@ -30,7 +30,7 @@ from attnlab import decode, evaluate, storage, sweep
 from attnlab.decoding import runs
 from attnlab.errors import UserError
 from attnlab.explore import api as explore_api
-from attnlab.reporting import run_report
+from attnlab.reporting import run_folder, run_report
 from attnlab.rundir import layout, run_times, writers
 from attnlab.runtime import logs
 from attnlab.sweeps.trials import SweepError
@@ -286,8 +286,8 @@ def test_sweep_folders_and_report_folders_stay_local(tmp_path):
   for workdir, archive in (('gs://bucket/sweep', None), (str(tmp_path), 'gs://bucket/archive')):
     with pytest.raises(SweepError, match='a sweep keeps its trials in a local or shared folder'):
       sweep.check_folders(None, workdir, archive)
-  with pytest.raises(run_report.RunReportError, match='the report is written to a local folder'):
-    run_report.check_out('gs://bucket/run', 'gs://bucket/report')
+  with pytest.raises(run_folder.RunReportError, match='the report is written to a local folder'):
+    run_folder.check_out('gs://bucket/run', 'gs://bucket/report')
 
 
 def test_the_explorer_reads_a_buckets_eval_examples(buckets):

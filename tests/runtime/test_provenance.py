@@ -10,7 +10,7 @@ import types
 import jax
 
 from attnlab import bleu_scores
-from attnlab.reporting import sweep_report
+from attnlab.reporting import compute
 from attnlab.rundir import layout
 from attnlab.runtime import provenance
 
@@ -68,11 +68,11 @@ def test_the_sweep_report_lists_each_provenance_with_its_trials():
 
   variants = [types.SimpleNamespace(finished=[trial('a', 'b' * 40), trial('b', 'b' * 40)]),
               types.SimpleNamespace(finished=[trial('c', 'c' * 40)])]
-  lines = sweep_report.provenance_lines(variants)
+  lines = compute.provenance_lines(variants)
   assert lines[3:] == ['- attnlab bbbbbbbb · Python 3.11.7: 2 trial(s) (a, b)',
                        '- attnlab cccccccc · Python 3.11.7: 1 trial(s) (c)']
   none = [types.SimpleNamespace(finished=[types.SimpleNamespace(provenance=[])])]
-  assert sweep_report.provenance_lines(none) == []  # archives from before: reports unchanged
+  assert compute.provenance_lines(none) == []  # archives from before: reports unchanged
 
 
 def test_translation_metrics_carry_sacrebleus_signature():
