@@ -9,7 +9,9 @@ otherwise): does attnlab train and decode correctly over all its devices, and ho
    training loss and every final parameter within `--rtol`.
 2. Decodes the eval split's first inputs with the shard_map run (attnlab.load_run) and checks
    them against what the run's own evaluation wrote (predictions_eval.jsonl).
-3. Runs `python -m benchmarks.run --quick` and keeps its table.
+3. Decodes the first test inputs of each model shipped in results/ and compares them with
+   its archived predictions (reported, not a failure: those were made on a CPU).
+4. Runs `python -m benchmarks.run --quick` and keeps its table.
 Writes one Markdown file with the device, the command, the agreement and the timings; exits 1
 when a check fails. Sized to finish within ~8 minutes on one accelerator.
 """
@@ -89,17 +91,30 @@ def compare_modes(spec: str, steps: int, rtol: float, folder: str) -> dict:
           'seconds': seconds}
 
 
-def check_decoding(workdir: str, count: int = 16) -> dict:
-  """Decodes the eval split's first sources with load_run; they must equal the run's own
-  predictions of them (the same search, the same parameters)."""
-  with layout.open_text(os.path.join(workdir, layout.predictions_file('eval'))) as f:
+def check_decoding(workdir: str, count: int = 16, split: str = 'eval',
+                   which: str = 'latest') -> dict:
+  """Decodes `split`'s first sources with load_run (checkpoint `which`); they must equal the
+  run's own predictions of them (the same search, the same parameters)."""
+  with layout.open_text(os.path.join(workdir, layout.predictions_file(split))) as f:
     rows = [json.loads(line) for line in f][:count]
-  run = runs.load_run(workdir, 'latest')
+  run = runs.load_run(workdir, which)
   started = time.perf_counter()
   decoded = run.decode([r['source'] for r in rows])
   seconds = time.perf_counter() - started
   same = sum(d.output == r['hypothesis'] for d, r in zip(decoded, rows, strict=True))
   return {'agree': same == len(rows), 'same': same, 'count': len(rows), 'seconds': seconds}
+
+
+def shipped_models() -> dict[str, dict]:
+  """Each model shipped in results/ (a folder with checkpoints/best, attnlab.run_report
+  --model) decoding its first test inputs on this backend, against its archived predictions
+  (made on a CPU: another backend may turn a near-tie of the beam the other way)."""
+  results = os.path.join(ROOT, 'results')
+  return {
+    name: check_decoding(os.path.join(results, name), split='test', which='best')
+    for name in sorted(os.listdir(results))
+    if os.path.isdir(layout.best_checkpoint_dir(os.path.join(results, name)))
+  }
 
 
 def quick_benchmark() -> str:
@@ -109,7 +124,7 @@ def quick_benchmark() -> str:
   return result.stdout if result.returncode == 0 else f'failed:\n{result.stderr[-2000:]}'
 
 
-def markdown(command: str, modes: dict, decoding: dict, benchmark: str) -> str:
+def markdown(command: str, modes: dict, decoding: dict, shipped: dict, benchmark: str) -> str:
   devices = jax.devices()
   return '\n'.join([
     f'# attnlab device check: {default_machine_name()}',
@@ -126,6 +141,8 @@ def markdown(command: str, modes: dict, decoding: dict, benchmark: str) -> str:
     f'{modes["seconds"]["pmap"]:.1f} s (compilation included) |',
     f'| load_run decodes the eval split as the run did | {decoding["same"]} of '
     f'{decoding["count"]} equal ({decoding["seconds"]:.2f} s) |',
+    *(f'| results/{name} (shipped) decodes its test inputs as archived | {d["same"]} of '
+      f'{d["count"]} equal ({d["seconds"]:.2f} s) |' for name, d in shipped.items()),
     '',
     '## benchmarks.run --quick',
     '',
@@ -148,11 +165,12 @@ def main(argv=None) -> int:
   with tempfile.TemporaryDirectory() as folder:
     modes = compare_modes(args.config, args.steps, args.rtol, folder)
     decoding = check_decoding(os.path.join(folder, 'shard_map'))
+  shipped = shipped_models()
   benchmark = 'skipped (--no-benchmark)' if args.no_benchmark else quick_benchmark()
   os.makedirs(args.out, exist_ok=True)
   path = os.path.join(args.out, f'device_check_{default_machine_name()}.md')
   with open(path, 'w', encoding='utf-8') as f:
-    f.write(markdown(command.strip(), modes, decoding, benchmark))
+    f.write(markdown(command.strip(), modes, decoding, shipped, benchmark))
   print(path)
   return 0 if modes['agree'] and decoding['agree'] else 1
 

@@ -265,3 +265,7 @@ def test_device_check_trains_both_modes_alike_and_decodes_as_the_run_did(tmp_pat
   assert f'{len(jax.devices())} x ' in text
   assert '| shard_map vs pmap, 4 logged steps | agree: ' in text
   assert re.search(r'\| load_run decodes the eval split as the run did \| (\d+) of \1 equal', text)
+  shipped = re.search(
+    r'\| results/dates \(shipped\) decodes its test inputs as archived \| (\d+) of 16', text
+  )
+  assert shipped and int(shipped.group(1)) >= 15, text
