@@ -115,31 +115,42 @@ def attention_views(hyp: inference.Hypothesis, source_tokens) -> list[dict]:
 
 def read_examples(workdir: str) -> tuple[list[dict], str]:
   """The first MAX_EXAMPLES of RUN/predictions_eval.jsonl (evaluation writes it) and a note;
-  a RequestError (409) naming the file and line where a line is not a JSON object."""
+  where there is none, those of the test split's predictions that a results folder keeps
+  (attnlab.run_report: compressed, as a sweep archive). A RequestError (409) names the file and
+  line where a line is not a JSON object."""
   path = os.path.join(workdir, layout.predictions_file(SELECT_SPLIT))
-  if not epath.Path(path).is_file():
+  if epath.Path(path).is_file():
+    with epath.Path(path).open('rb') as f:  # bytes, so that a bad byte is reported at its line
+      return _examples(path, f), ''
+  test = os.path.join(workdir, layout.TEST_PREDICTIONS)
+  if layout.text_form(test) is None:
     return [], f'{path} not found: the run has not evaluated its eval split yet'
+  with layout.open_text(test) as f:
+    lines = (line.encode('utf-8') for line in f)
+    return _examples(test, lines), f'{path} not found: these are test examples ({test})'
+
+
+def _examples(path: str, lines) -> list[dict]:
   examples = []
-  with epath.Path(path).open('rb') as f:  # bytes, so that a bad byte is reported at its line
-    for number, line in enumerate(f, 1):
-      if len(examples) == MAX_EXAMPLES:
-        break
-      if not line.strip():
-        continue
-      try:
-        row = json.loads(line.decode('utf-8'))
-      except UnicodeDecodeError as e:
-        raise _corrupt(path, number, f'not UTF-8 ({e.reason} at byte {e.start})') from None
-      except json.JSONDecodeError as e:
-        raise _corrupt(path, number, f'not JSON ({e.msg} at column {e.colno})') from None
-      except RecursionError:
-        raise _corrupt(path, number, 'not JSON that can be read (nested too deep)') from None
-      if not isinstance(row, dict):
-        raise _corrupt(path, number, f'not a JSON object but a {type(row).__name__}')
-      examples.append(
-        {key: row.get(key) for key in ('index', 'source', 'reference', 'hypothesis', 'correct')}
-      )
-  return examples, ''
+  for number, line in enumerate(lines, 1):
+    if len(examples) == MAX_EXAMPLES:
+      break
+    if not line.strip():
+      continue
+    try:
+      row = json.loads(line.decode('utf-8'))
+    except UnicodeDecodeError as e:
+      raise _corrupt(path, number, f'not UTF-8 ({e.reason} at byte {e.start})') from None
+    except json.JSONDecodeError as e:
+      raise _corrupt(path, number, f'not JSON ({e.msg} at column {e.colno})') from None
+    except RecursionError:
+      raise _corrupt(path, number, 'not JSON that can be read (nested too deep)') from None
+    if not isinstance(row, dict):
+      raise _corrupt(path, number, f'not a JSON object but a {type(row).__name__}')
+    examples.append(
+      {key: row.get(key) for key in ('index', 'source', 'reference', 'hypothesis', 'correct')}
+    )
+  return examples
 
 
 def _corrupt(path: str, number: int, reason: str) -> RequestError:

@@ -10,6 +10,7 @@ import sacrebleu
 from support import REPO
 
 import attnlab
+from attnlab.explore import api as explore_api
 from attnlab.rundir import layout
 
 RESULTS = os.path.join(REPO, 'results')
@@ -65,3 +66,11 @@ def test_it_decodes_its_test_inputs_as_its_predictions_say(name):
   same = sum(o == p['hypothesis'] for o, p in zip(outputs, sample, strict=True))
   # Another CPU kind may round a float differently and turn a near-tie of the beam the other way.
   assert same >= SAMPLE - 1, list(zip(outputs, (p['hypothesis'] for p in sample), strict=True))
+
+
+@pytest.mark.parametrize('name', SHIPPED)
+def test_the_explorer_offers_its_archived_test_examples(name):
+  examples, note = explore_api.read_examples(_folder(name))
+  first = _predictions(name)[: explore_api.MAX_EXAMPLES]
+  assert [e['source'] for e in examples] == [p['source'] for p in first]
+  assert note.endswith(f'these are test examples ({_folder(name)}/predictions_test.jsonl)')
