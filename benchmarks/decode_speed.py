@@ -9,8 +9,8 @@ bucketed by length and each padded shape is compiled once. Each setting decodes 
 twice: the first pass includes compilation, the second is the steady state (words/s);
 `compile_s` is their difference and `compilations` the number of traced shapes. The whole
 command (`python -m attnlab.decode --input=words.txt`, start-up and compilation included) is
-timed once per setting too. Without --workdir a default-size G2P model (configs/g2p.py, 1.1M
-parameters) is trained for --train_steps steps into runs/bench-g2p (reused when it exists):
+timed once per setting too. Without --workdir a default-size G2P model (configs/g2p.py) is
+trained for --train_steps steps into runs/bench-g2p (reused when it exists):
 throughput depends on output lengths, so the model must have learnt where words end.
 
 Writes benchmarks/results/decode_<machine>.json and .md.
