@@ -101,8 +101,7 @@ def pinned_versions() -> dict[str, str]:
 
 def versions(venv_dir: str) -> dict[str, str]:
   """The installed torch, OpenNMT-py and Joey NMT versions (torch without its +cpu tag)."""
-  done = subprocess.run([python(venv_dir), '-c', VERSIONS_SCRIPT], capture_output=True,
-                        text=True)
+  done = subprocess.run([python(venv_dir), '-c', VERSIONS_SCRIPT], capture_output=True, text=True)
   if done.returncode:
     raise PeersError(f'the peers venv {venv_dir} cannot report versions: {done.stderr[-500:]}')
   found = json.loads(done.stdout)
@@ -114,8 +113,9 @@ def start_failures(venv_dir: str) -> list[str]:
   """The start-up checks that fail, each with its last error line."""
   failures = []
   for name, *args in START_CHECKS:
-    done = subprocess.run([command(venv_dir, name), *args], capture_output=True, text=True,
-                          env=peer_environment())
+    done = subprocess.run(
+      [command(venv_dir, name), *args], capture_output=True, text=True, env=peer_environment()
+    )
     if done.returncode:
       last = (done.stderr.strip().splitlines() or ['(no output)'])[-1]
       failures.append(f'{name} {" ".join(args)}: {last}')

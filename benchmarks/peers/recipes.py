@@ -64,10 +64,14 @@ def opennmt_config(data: str, run: str, plan: Plan) -> dict:
     'tgt_vocab': f'{run}/vocab.tgt',
     'overwrite': True,
     'data': {
-      'corpus_1': {'path_src': export.path(data, 'train', export.SOURCE),
-                   'path_tgt': export.path(data, 'train', export.TARGET)},
-      'valid': {'path_src': export.path(data, 'dev', export.SOURCE),
-                'path_tgt': export.path(data, 'dev', export.TARGET)},
+      'corpus_1': {
+        'path_src': export.path(data, 'train', export.SOURCE),
+        'path_tgt': export.path(data, 'train', export.TARGET),
+      },
+      'valid': {
+        'path_src': export.path(data, 'dev', export.SOURCE),
+        'path_tgt': export.path(data, 'dev', export.TARGET),
+      },
     },
     'src_seq_length': MAX_LENGTH,
     'tgt_seq_length': MAX_LENGTH,
@@ -102,12 +106,18 @@ def opennmt_config(data: str, run: str, plan: Plan) -> dict:
   }
 
 
-def joey_config(data: str, run: str, plan: Plan, *, beam_size: int = 1,
-                checkpoint: str | None = None) -> dict:
+def joey_config(
+  data: str, run: str, plan: Plan, *, beam_size: int = 1, checkpoint: str | None = None
+) -> dict:
   """`python -m joeynmt train|translate`'s YAML; `beam_size` and `checkpoint` set what
   translate uses (training validates greedily whatever they are)."""
-  testing = {'beam_size': beam_size, 'batch_size': BATCH_WORDS, 'batch_type': 'sentence',
-             'max_output_length': MAX_LENGTH, 'eval_metrics': ['sequence_accuracy']}
+  testing = {
+    'beam_size': beam_size,
+    'batch_size': BATCH_WORDS,
+    'batch_type': 'sentence',
+    'max_output_length': MAX_LENGTH,
+    'eval_metrics': ['sequence_accuracy'],
+  }
   if checkpoint:
     testing['load_model'] = checkpoint
   side = {'level': 'word', 'lowercase': False, 'max_length': MAX_LENGTH, 'voc_min_freq': 1}
@@ -145,13 +155,27 @@ def joey_config(data: str, run: str, plan: Plan, *, beam_size: int = 1,
       'shuffle': True,
     },
     'model': {
-      'encoder': {'type': 'recurrent', 'rnn_type': 'lstm', 'bidirectional': True,
-                  'num_layers': 1, 'hidden_size': ENCODER_UNITS_PER_DIRECTION,
-                  'dropout': DROPOUT, 'embeddings': embeddings},
-      'decoder': {'type': 'recurrent', 'rnn_type': 'lstm', 'num_layers': 1,
-                  'hidden_size': DECODER_UNITS, 'attention': 'luong', 'input_feeding': True,
-                  'init_hidden': 'bridge', 'dropout': DROPOUT, 'hidden_dropout': DROPOUT,
-                  'embeddings': embeddings},
+      'encoder': {
+        'type': 'recurrent',
+        'rnn_type': 'lstm',
+        'bidirectional': True,
+        'num_layers': 1,
+        'hidden_size': ENCODER_UNITS_PER_DIRECTION,
+        'dropout': DROPOUT,
+        'embeddings': embeddings,
+      },
+      'decoder': {
+        'type': 'recurrent',
+        'rnn_type': 'lstm',
+        'num_layers': 1,
+        'hidden_size': DECODER_UNITS,
+        'attention': 'luong',
+        'input_feeding': True,
+        'init_hidden': 'bridge',
+        'dropout': DROPOUT,
+        'hidden_dropout': DROPOUT,
+        'embeddings': embeddings,
+      },
     },
   }
 

@@ -87,8 +87,9 @@ def run(
         seen[step] = Stamp(time.perf_counter() - started, cpu_s)
 
   with open(log_path, 'w') as log:
-    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+      cmd, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
     stopped_at = None
     while True:
       pid, status, usage = os.wait4(proc.pid, os.WNOHANG)

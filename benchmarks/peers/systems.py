@@ -48,8 +48,13 @@ class OpenNMT:
   def prepare(self) -> None:
     os.makedirs(self.run, exist_ok=True)
     _write_yaml(self.config, recipes.opennmt_config(self.data, self.run, self.plan))
-    cmd = [environment.command(self.venv, 'onmt_build_vocab'), '-config', self.config,
-           '-n_sample', '-1']
+    cmd = [
+      environment.command(self.venv, 'onmt_build_vocab'),
+      '-config',
+      self.config,
+      '-n_sample',
+      '-1',
+    ]
     subprocess.run(cmd, env=self.env, check=True, capture_output=True)
 
   def train_command(self) -> list[str]:
@@ -62,10 +67,23 @@ class OpenNMT:
     return logs.opennmt_windows(export.read_lines(os.path.join(self.run, TRAIN_LOG)))
 
   def translate_command(self, step: int, source: str, output: str, beam: int) -> list[str]:
-    return [environment.command(self.venv, 'onmt_translate'),
-            '-model', os.path.join(self.run, f'model_step_{step}.pt'), '-src', source,
-            '-output', output, '-beam_size', str(beam), '-batch_size', str(recipes.BATCH_WORDS),
-            '-batch_type', 'sents', '-max_length', str(recipes.MAX_LENGTH)]
+    return [
+      environment.command(self.venv, 'onmt_translate'),
+      '-model',
+      os.path.join(self.run, f'model_step_{step}.pt'),
+      '-src',
+      source,
+      '-output',
+      output,
+      '-beam_size',
+      str(beam),
+      '-batch_size',
+      str(recipes.BATCH_WORDS),
+      '-batch_type',
+      'sents',
+      '-max_length',
+      str(recipes.MAX_LENGTH),
+    ]
 
 
 class Joey:
@@ -84,7 +102,13 @@ class Joey:
     _write_yaml(self.config, recipes.joey_config(self.data, self.model_dir, self.plan))
 
   def train_command(self) -> list[str]:
-    return [environment.python(self.venv), environment.JOEY_MAIN, 'train', self.config, '--skip-test']
+    return [
+      environment.python(self.venv),
+      environment.JOEY_MAIN,
+      'train',
+      self.config,
+      '--skip-test',
+    ]
 
   def checkpoint_steps(self) -> list[int]:
     return _steps(self.model_dir, self.CHECKPOINT)
@@ -98,8 +122,14 @@ class Joey:
     under `sh -c` with both redirected."""
     config = _write_yaml(
       os.path.join(self.run, f'translate_{step}_beam{beam}.yaml'),
-      recipes.joey_config(self.data, self.model_dir, self.plan, beam_size=beam,
-                          checkpoint=os.path.join(self.model_dir, f'{step}.ckpt')))
+      recipes.joey_config(
+        self.data,
+        self.model_dir,
+        self.plan,
+        beam_size=beam,
+        checkpoint=os.path.join(self.model_dir, f'{step}.ckpt'),
+      ),
+    )
     joey = f'{environment.python(self.venv)} {environment.JOEY_MAIN} translate {config}'
     return ['sh', '-c', f'exec {joey} < {source} > {output}']
 
@@ -117,21 +147,34 @@ class Attnlab:
     os.makedirs(self.run, exist_ok=True)
 
   def train_command(self) -> list[str]:
-    return [sys.executable, '-m', 'attnlab.main', f'--workdir={self.workdir}',
-            *recipes.attnlab_flags(self.plan, self.batching)]
+    return [
+      sys.executable,
+      '-m',
+      'attnlab.main',
+      f'--workdir={self.workdir}',
+      *recipes.attnlab_flags(self.plan, self.batching),
+    ]
 
   def checkpoint_steps(self) -> list[int]:
     return layout.saved_steps(self.workdir)
 
   def speed_windows(self) -> list[logs.Window]:
-    return logs.attnlab_windows(
-      export.read_lines(os.path.join(self.workdir, layout.METRICS_FILE)))
+    return logs.attnlab_windows(export.read_lines(os.path.join(self.workdir, layout.METRICS_FILE)))
 
   def translate_command(self, step: int, source: str, output: str, beam: int) -> list[str]:
     search = ['--search=greedy'] if beam == 1 else ['--search=beam', f'--beam_size={beam}']
-    return [sys.executable, '-m', 'attnlab.decode', f'--workdir={self.workdir}',
-            f'--checkpoint={step}', f'--input={source}', f'--output={output}', *search,
-            f'--batch_size={recipes.BATCH_WORDS}', f'--max_decode_length={recipes.MAX_LENGTH}']
+    return [
+      sys.executable,
+      '-m',
+      'attnlab.decode',
+      f'--workdir={self.workdir}',
+      f'--checkpoint={step}',
+      f'--input={source}',
+      f'--output={output}',
+      *search,
+      f'--batch_size={recipes.BATCH_WORDS}',
+      f'--max_decode_length={recipes.MAX_LENGTH}',
+    ]
 
 
 SYSTEM_NAMES = ('attnlab', 'attnlab-tokens', 'opennmt-py', 'joeynmt')
