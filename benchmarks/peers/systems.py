@@ -140,7 +140,7 @@ class Attnlab:
   def __init__(self, batching: str, data: str, run: str, plan: recipes.Plan):
     self.batching, self.data, self.run, self.plan = batching, data, run, plan
     self.name = 'attnlab' if batching == 'examples' else f'attnlab-{batching}'
-    self.env = dict(os.environ)
+    self.env = dict(os.environ, JAX_PLATFORMS='cpu')  # where the peers run
     self.workdir = os.path.join(run, 'workdir')
 
   def prepare(self) -> None:
