@@ -159,11 +159,14 @@ def _export(folder: str, limits) -> dict[str, int]:
 
 
 def main(argv=None) -> dict:
-  args = _parser().parse_args(argv)
+  parser = _parser()
+  args = parser.parse_args(argv)
   names = [n for n in args.systems.split(',') if n]
   unknown = sorted(set(names) - set(systems.SYSTEM_NAMES))
   if unknown or not names:
-    _parser().error(f'unknown systems {unknown}; choose from {", ".join(systems.SYSTEM_NAMES)}')
+    parser.error(f'unknown systems {unknown}; choose from {", ".join(systems.SYSTEM_NAMES)}')
+  if args.cpu_budget_min <= 0:
+    parser.error(f'--cpu_budget_min must be positive, got {args.cpu_budget_min:g}')
   settings = QUICK if args.quick else FULL
   plan, budget_s = settings['plan'], 60 * args.cpu_budget_min
   runs = args.runs or os.path.join(systems.REPO, 'runs', 'peers-quick' if args.quick else 'peers')
@@ -206,7 +209,7 @@ def main(argv=None) -> dict:
   result = {
     'command': 'python -m benchmarks.peers'
     + (' --quick' if args.quick else '')
-    + (f' --systems={args.systems}' if args.systems != _parser().get_default('systems') else '')
+    + (f' --systems={args.systems}' if args.systems != parser.get_default('systems') else '')
     + (f' --cpu_budget_min={args.cpu_budget_min:g}' if args.cpu_budget_min != 30 else ''),
     'machine': machine,
     'cpu': cpu_model_name(),

@@ -49,10 +49,6 @@ def wer_percent(outputs: list[str], references: list[list[str]]) -> float:
   return 100 * metrics.error_rates(hyps, refs)['wer']
 
 
-def in_budget(points: list[Point], cpu_budget_s: float) -> list[Point]:
-  return sorted((p for p in points if p.cpu_s <= cpu_budget_s), key=lambda p: p.step)
-
-
 def best(points: list[Point]) -> Point | None:
   """The lowest dev WER (the earliest among equals)."""
   return min(points, key=lambda p: (p.wer, p.step), default=None)
