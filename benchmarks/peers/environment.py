@@ -1,12 +1,12 @@
 """The peers' own virtual environment: pinned OpenNMT-py and Joey NMT beside a CPU PyTorch.
 
 Both toolkits ask for releases that cannot share one environment with the CPU wheel of
-PyTorch this project benchmarks with: OpenNMT-py 3.5.1 pins torch<2.3 (on PyPI a CUDA build
-that brings about 3 GB of nvidia-* wheels), Joey NMT 2.3.0 pins protobuf<3.21 and names its
-development tools (pylint, pytest, yapf, ...) as requirements. So the toolkits install with
-`--no-deps` next to torch==2.13.0+cpu, and the packages their training and translation code
-imports install with their own dependencies. `install` proves every toolkit command starts;
-`benchmarks.peers --quick` proves they train and translate.
+PyTorch this project benchmarks with: OpenNMT-py 3.5.1 pins torch<2.3 (on PyPI torch 2.2.2,
+a CUDA build that brings its nvidia-* and triton wheels: about 2.7 GB), Joey NMT 2.3.0 pins
+protobuf<3.21 and names its development tools (pylint, pytest, yapf, ...) as requirements. So
+the toolkits install with `--no-deps` next to torch==2.13.0+cpu, and the packages their
+training and translation code imports install with their own dependencies. `install` proves
+every toolkit command starts; `benchmarks.peers --quick` proves they train and translate.
 
 Two adaptations to torch 2.13, the toolkits' code unchanged: it loads checkpoints with
 `weights_only=True` by default, and the toolkits save their options and vocabularies in them,

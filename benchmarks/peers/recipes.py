@@ -5,8 +5,9 @@ bidirectional LSTM encoder of 128 units per direction, a learnt bridge from its 
 to the decoder's first, an LSTM decoder of 256 units with Luong's general score and input
 feeding, embeddings of 128, dropout 0.2, label smoothing 0.1, Adam with betas (0.9, 0.98)
 and gradients clipped to a global norm of 1, batches of 64 words. The learning-rate schedule
-is each system's own recommendation (SCHEDULES). The bridges differ in their non-linearity as
-the toolkits build them: attnlab and Joey NMT tanh(W h), OpenNMT-py relu(W h + b).
+is each system's own recommendation (SCHEDULES). The bridges are each toolkit's own: attnlab
+tanh(W h) for the decoder's state and cell, Joey NMT tanh(W h + b) for both, OpenNMT-py
+relu(W h + b) on each direction's final state and cell.
 
 OpenNMT-py and Joey NMT read YAML files written here (`opennmt_config`, `joey_config`); attnlab
 reads configs/g2p.py with command-line overrides (`attnlab_flags`). Nothing here is copied from
