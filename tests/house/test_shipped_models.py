@@ -14,7 +14,7 @@ from attnlab.explore import api as explore_api
 from attnlab.rundir import layout
 
 RESULTS = os.path.join(REPO, 'results')
-SHIPPED = ('dates', 'g2p')
+SHIPPED = ('bible', 'dates', 'g2p')
 SAMPLE = 16  # test inputs decoded again per model
 
 
