@@ -8,7 +8,7 @@
 #   WORKDIR=gs://my-bucket/runs/reverse launch/tpu_vm.sh [--dry_run] [FLAGS...]
 #
 # Required: TPU_NAME, ZONE, CONFIG, WORKDIR. WORKDIR must be shared by all workers: a gs://
-# path (each worker mounts the bucket with gcsfuse, see launch/tpu_worker.sh) or a shared mount.
+# path (attnlab writes the bucket itself, see launch/tpu_worker.sh) or a shared mount.
 # Optional:
 #   CREATE=1            create the TPU VM first, with ACCELERATOR_TYPE (default v4-32) and
 #                       RUNTIME_VERSION (default tpu-ubuntu2204-base)
