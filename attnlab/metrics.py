@@ -66,6 +66,23 @@ DIRECTIONS = {
 }
 
 
+# Points per stored unit of each metric in DIRECTIONS: rates stored as fractions count in
+# percentage points, BLEU and chrF in their own 0-100 points, loss and perplexity in their own
+# units. Convergence (reports) and train.min_improvement (selection) are stated in points.
+POINTS_PER_UNIT = {
+  'sequence_accuracy': 100.0,
+  'token_accuracy': 100.0,
+  'teacher_forced_sequence_accuracy': 100.0,
+  'wer': 100.0,
+  'per': 100.0,
+  'alignment_error_rate': 100.0,
+  'bleu': 1.0,
+  'chrf': 1.0,
+  'loss': 1.0,
+  'perplexity': 1.0,
+}
+
+
 def lower_is_better(metric: str) -> bool:
   return DIRECTIONS[metric] == 'min'
 

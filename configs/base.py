@@ -98,9 +98,12 @@ def get_config() -> ml_collections.ConfigDict:
   # row without an eval improvement (train.select_metric); train.patience then ends the run.
   c.optim.plateau_factor = 0.5
   c.optim.plateau_patience = 2
-  # plateau: a cut that would take the lr below peak x plateau_min_scale ends the run instead
-  # (Keras' min_lr, Joey NMT's learning_rate_min); 0 = cut for ever, train.patience stops.
+  # plateau: the lowest lr, peak x plateau_min_scale (Keras' min_lr, Joey NMT's
+  # learning_rate_min; 0 = cut for ever, train.patience stops). A cut below it ends the run
+  # (plateau_at_floor = 'stop') or is not made (plateau_at_floor = 'hold': the lr stays at the
+  # floor and train.patience ends the run, when the eval metric has stopped improving there).
   c.optim.plateau_min_scale = 0.0
+  c.optim.plateau_at_floor = 'stop'  # stop | hold
   c.optim.weight_decay = 0.0  # adamw only
   c.optim.b1 = 0.9
   c.optim.b2 = 0.98
@@ -118,6 +121,10 @@ def get_config() -> ml_collections.ConfigDict:
   # (G2P wer, translation bleu, else sequence_accuracy); the test split uses the best step.
   c.train.select_metric = 'auto'
   c.train.patience = 0  # stop after this many evaluations without improvement (0 = never)
+  # An improvement that resets train.patience and optim.plateau_patience: at least this many
+  # points of the select metric (percentage points for rates, BLEU points) over the value that
+  # last reset them. Any gain still makes the best checkpoint. 0 = any gain resets them.
+  c.train.min_improvement = 0.0
   c.train.divergence_factor = 10.0  # stop when the loss exceeds this x its lowest (0 = off)
 
   c.eval = ml_collections.ConfigDict()

@@ -102,6 +102,8 @@ class DataConfig:
 
 OPTIMIZERS = ('adam', 'adamw')
 SCHEDULES = ('constant', 'cosine', 'linear', 'rsqrt', 'plateau')
+# What a plateau cut below optim.plateau_min_scale does: end the run, or hold the rate there.
+AT_FLOOR = ('stop', 'hold')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,6 +116,7 @@ class OptimConfig:
   plateau_factor: float
   plateau_patience: int
   plateau_min_scale: float
+  plateau_at_floor: str
   weight_decay: float
   b1: float
   b2: float
@@ -125,6 +128,7 @@ class OptimConfig:
     check_choice(f'{prefix}.schedule', self.schedule, SCHEDULES)
     check_positive(f'{prefix}.warmup_steps', self.warmup_steps, allow_zero=True)
     check_positive(f'{prefix}.plateau_patience', self.plateau_patience)
+    check_choice(f'{prefix}.plateau_at_floor', self.plateau_at_floor, AT_FLOOR)
     if not (isinstance(self.plateau_factor, int | float) and 0 < self.plateau_factor < 1):
       raise ConfigError(f'{prefix}.plateau_factor={self.plateau_factor!r} must be in (0, 1): '
                         'the learning rate is multiplied by it on a plateau')
@@ -148,6 +152,7 @@ class TrainConfig:
   keep_checkpoints: int
   select_metric: str
   patience: int
+  min_improvement: float
   divergence_factor: float
 
   def validate(self, prefix: str = 'train') -> None:
@@ -157,6 +162,9 @@ class TrainConfig:
       raise ConfigError(f'{prefix}.label_smoothing={self.label_smoothing!r} must be in [0, 1)')
     check_choice(f'{prefix}.select_metric', self.select_metric, SELECT_METRICS)
     check_positive(f'{prefix}.patience', self.patience, allow_zero=True)
+    if not (isinstance(self.min_improvement, int | float) and 0 <= self.min_improvement < math.inf):
+      raise ConfigError(f'{prefix}.min_improvement={self.min_improvement!r} must be a finite '
+                        'number >= 0 (points of the select metric; 0 = any improvement)')
     factor = self.divergence_factor
     if not (isinstance(factor, int | float) and (factor == 0 or 1 < factor < math.inf)):
       raise ConfigError(f'{prefix}.divergence_factor={factor!r} must be 0 (off) or a finite '
@@ -224,6 +232,11 @@ class RunConfig:
             f'train.patience={self.train.patience} would stop the run before '
             f'optim.plateau_patience={self.optim.plateau_patience} evaluations cut the learning '
             f'rate; set train.patience > {self.optim.plateau_patience} (or 0 = never stop)')
+      if self.optim.plateau_at_floor == 'hold' and self.optim.plateau_min_scale and (
+          not self.train.patience):
+        raise ConfigError(
+            'optim.plateau_at_floor=hold leaves the end of the run to train.patience, which is '
+            '0 (never stop): set train.patience > 0, or optim.plateau_at_floor=stop')
     if self.model.attention.score == 'location':
       need = self.data.max_source_length
       if self.model.attention.max_source_length < need:

@@ -2,13 +2,15 @@
 checkpoint?
 
 A run ends in one of three ways (attnlab/train/start.py, `stops_early`): PATIENCE, when
-`train.patience` dev evaluations in a row did not improve on the best; FLOOR, when the plateau
-schedule's next learning-rate cut would fall below `optim.plateau_min_scale` (after as few as
-`optim.plateau_patience` evaluations without a gain); or STEP_CAP, `train.num_steps` trained
-without either. final_metrics.json records only whether it stopped early; which of the two
-stopped it is told by the evaluations after the selected step in metrics.jsonl: at least
-`train.patience` of them means patience (the floor is checked only while patience is not
-exhausted), fewer the floor. So archived runs are read as they are.
+`train.patience` dev evaluations in a row brought no gain (train.min_improvement); FLOOR, when
+the plateau schedule's next learning-rate cut would fall below `optim.plateau_min_scale` under
+`optim.plateau_at_floor=stop` (after as few as `optim.plateau_patience` evaluations without a
+gain); or STEP_CAP, `train.num_steps` trained without either. final_metrics.json records which
+(`ended_by`). Runs from before it did record only whether they stopped early: there the
+evaluations after the selected step in metrics.jsonl tell the two early stops apart (they had
+no min_improvement, so every improvement was a gain): at least `train.patience` of them means
+patience (the floor is checked only while patience is not exhausted), fewer the floor. So
+archived runs are read as they are.
 
 A run is still improving when its dev selection metric moved at least CONVERGENCE_POINTS over
 the last LAST_FRACTION of training, however it ended; it converged when it was not still
@@ -35,7 +37,7 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 
 from attnlab.config.run import SELECT_SPLIT
-from attnlab.metrics import DIRECTIONS, is_number
+from attnlab.metrics import DIRECTIONS, POINTS_PER_UNIT, is_number
 
 CONVERGENCE_POINTS = 0.3  # a converged dev metric moves less than this over the last quarter
 LAST_FRACTION = 0.25  # the part of training, at its end, that must be flat
@@ -43,19 +45,6 @@ MIN_EVALUATIONS = 2  # evaluations the last quarter needs for a verdict
 DEV = 'dev'  # what the reports call the selection split (SELECT_SPLIT)
 MARK = '†'  # after a variant whose trials did not all converge
 
-# Points per stored unit of each selection metric (the keys of metrics.DIRECTIONS).
-POINTS_PER_UNIT = {
-  'sequence_accuracy': 100.0,  # fractions: percentage points
-  'token_accuracy': 100.0,
-  'teacher_forced_sequence_accuracy': 100.0,
-  'wer': 100.0,
-  'per': 100.0,
-  'alignment_error_rate': 100.0,
-  'bleu': 1.0,  # sacrebleu, already 0-100
-  'chrf': 1.0,
-  'loss': 1.0,  # nats per token: its own units
-  'perplexity': 1.0,
-}
 
 PATIENCE, FLOOR, STEP_CAP = 'patience', 'learning-rate floor', 'step cap'  # how a run ended
 
@@ -129,6 +118,9 @@ def ending(chosen: dict, curve: Sequence[tuple[int, float]]) -> tuple[str | None
   `selection` and the dev curve up to the last step trained (see the module docstring)."""
   best = chosen.get('best_step')
   after = sum(s > best for s, _ in curve) if best is not None and curve else None
+  recorded = {'patience': PATIENCE, 'floor': FLOOR, 'cap': STEP_CAP}.get(chosen.get('ended_by'))
+  if recorded:
+    return recorded, after
   if not chosen.get('stopped_early'):
     return STEP_CAP, after
   if after is None:

@@ -45,7 +45,8 @@ def start_summary(cfg, *, num_params: int, num_devices: int, workdir: str, log: 
   if o.schedule == 'plateau':
     schedule = f'x{o.plateau_factor:g} after {o.plateau_patience} evaluations without improvement'
     if o.plateau_min_scale:
-      schedule += f', stop below x{o.plateau_min_scale:g}'
+      schedule += (f', stop below x{o.plateau_min_scale:g}' if o.plateau_at_floor == 'stop'
+                   else f', held at x{o.plateau_min_scale:g}')
   lines = [
     f'{cfg.task.name}: {model}, H={m.hidden_size}, {regularise}; {num_params:,} parameters on '
     f'{num_devices} device(s)',

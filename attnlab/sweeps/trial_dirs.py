@@ -218,10 +218,12 @@ def _eval_steps(directory: str) -> set[int]:
 def ending(directory: str) -> str:
   """How the finished run in `directory` ended (`ENDINGS`): 'cap' (it trained to
   train.num_steps), 'patience' (train.patience evaluations without improvement) or 'floor' (a
-  plateau cut due that would have gone below optim.plateau_min_scale). The two early stops are
-  told apart by the evaluations after the best one (metrics.jsonl; a resumed run may repeat
-  some)."""
+  plateau cut due that would have gone below optim.plateau_min_scale), as final_metrics.json
+  records it; in runs from before it did, the two early stops are told apart by the
+  evaluations after the best one (metrics.jsonl; a resumed run may repeat some)."""
   selection = read_final(directory).get('selection') or {}
+  if selection.get('ended_by') in ENDINGS:
+    return selection['ended_by']
   if not selection.get('stopped_early'):
     return 'cap'
   patience, best = selection.get('patience') or 0, selection.get('best_step')

@@ -6,9 +6,9 @@ decoding, samples and attention heatmaps) every `train.eval_every`, checkpoints 
 updates the model selection (attnlab.train.selection): an improvement on the eval split saves the
 best checkpoint, `train.patience` evaluations without one stop the run early, and with
 `optim.schedule=plateau` `optim.plateau_patience` of them cut the learning rate (a cut below
-`optim.plateau_min_scale` stops the run instead). At the end the test split is evaluated with
-the best checkpoint. A diverging loss stops the run before that step is saved
-(attnlab.train.divergence).
+`optim.plateau_min_scale` stops the run, or is not made under `optim.plateau_at_floor=hold`).
+At the end the test split is evaluated with the best checkpoint. A diverging loss stops the
+run before that step is saved (attnlab.train.divergence).
 
 Rerunning the same command resumes from the latest checkpoint with the same data order and
 selection state; a changed config is refused first (train/resume.py). Only process 0 writes
@@ -51,6 +51,13 @@ def cut_learning_rate(run: Run, p_state):
   `optim.plateau_factor`. A host round trip of the state, made a few times per run."""
   host = run.parallel.fetch(p_state)
   scale = optim.next_plateau_scale(run.cfg.optim, optim.lr_scale(host.opt_state))
+  if scale is None:  # optim.plateau_at_floor=hold: the rate stays, train.patience ends the run
+    run.selection.lr_cut_made()
+    message = (f'learning rate held at the floor x{run.lr_scale:g} (optim.plateau_at_floor=hold):'
+               f' train.patience={run.cfg.train.patience} ends the run')
+    logging.info('step %d: %s', run.step, message)
+    run.progress.note(message)
+    return p_state
   host = host.replace(opt_state=optim.with_lr_scale(host.opt_state, scale))
   run.lr_scale = scale
   run.selection.lr_cut_made()
@@ -137,8 +144,9 @@ class _Loop:
     p_state = run.parallel.replicate(state)
     selection = run.selection
     if not run.stopped_early and selection is not None and selection.lr_cut_due:
-      # Resumed from a stop at the learning-rate floor under a lower optim.plateau_min_scale:
-      # the cut that was due then is made now, as a run under the lower floor made it.
+      # Resumed from a stop at the learning-rate floor under a lower optim.plateau_min_scale
+      # or optim.plateau_at_floor=hold: the cut that was due then is made (or held) now, as a
+      # run under those settings from the start did.
       p_state = cut_learning_rate(run, p_state)
     self.finished = (start, p_state)
     self.dropout_key = jax.random.fold_in(jax.random.key(run.cfg.seed), 1)
@@ -299,9 +307,12 @@ def _write_final(run: Run, tested_step: int, final: dict) -> None:
   selection = run.selection
   chosen = None
   if selection is not None:
+    ended_by = ('patience' if selection.patience_exhausted else 'floor') if run.stopped_early \
+      else 'cap'
     chosen = {'split': SELECT_SPLIT, 'metric': selection.metric, 'mode': selection.mode,
               'best_step': selection.best_step, 'best_value': selection.best_value,
-              'patience': selection.patience, 'stopped_early': run.stopped_early}
+              'patience': selection.patience, 'min_improvement': selection.min_improvement,
+              'stopped_early': run.stopped_early, 'ended_by': ended_by}
     run.writer.write(tested_step, 'selection',
                      {'metric': selection.metric, 'value': selection.best_value,
                       'trained_steps': run.step, 'stopped_early': run.stopped_early})

@@ -25,7 +25,8 @@ time the eval metric has not improved for `plateau_patience` evaluations (attnla
 decides, attnlab.train.loop applies it). The scale is part of the optimiser state (the last link of
 the chain, `LrScaleState`), so checkpoints carry it and a resumed run continues at the same
 learning rate; warmup still multiplies it. With `plateau_min_scale` > 0 a cut that would take
-the scale below it ends the run instead (`next_plateau_scale` is None).
+the scale below it is not made (`next_plateau_scale` is None): the run ends there
+(`plateau_at_floor='stop'`) or goes on at the floor until `train.patience` ends it ('hold').
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ def with_lr_scale(opt_state, value: float):
 
 def next_plateau_scale(cfg: OptimConfig, scale: float) -> float | None:
   """The plateau multiplier after one more cut of `scale`, None when it would fall below
-  `plateau_min_scale` (the run stops instead). float32, as the optimiser state holds it."""
+  `plateau_min_scale` (no cut: the run stops or holds the rate, `plateau_at_floor`). float32, as the optimiser state holds it."""
   cut = float(np.float32(scale * cfg.plateau_factor))
   # A relative tolerance: 0.5 ** 4 must reach a floor of 0.0625 written as 1 / 16.
   if cut < cfg.plateau_min_scale * (1 - 1e-6):

@@ -56,15 +56,18 @@ UNOBSERVABLE = (
   'parallel.num_devices',  # the global batch is the same on any number of devices
 )
 # Keys that may change on resume with --allow_config_change: how long training goes on, when
-# it is evaluated and stopped (a lower learning-rate floor lets a run that stopped there go on),
-# and the learning rate (to continue a diverged run from its last good checkpoint).
+# it is evaluated and stopped (a lower learning-rate floor, or holding the rate there, lets a
+# run that stopped at the floor go on), and the learning rate (to continue a diverged run from
+# its last good checkpoint).
 RESUMABLE = (
   'train.num_steps',
   'train.eval_every',
   'train.patience',
+  'train.min_improvement',
   'train.divergence_factor',
   'optim.learning_rate',
   'optim.plateau_min_scale',
+  'optim.plateau_at_floor',
 )
 _ABSENT = '(absent)'
 

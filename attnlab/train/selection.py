@@ -6,15 +6,18 @@ selected one and its parameters are saved apart from the rolling latest checkpoi
 (attnlab.rundir.checkpoint). An equal value improves only with a lower teacher-forced eval loss (a
 coarse metric such as exact match stays at 0 for long early in training; the earlier of two
 exact ties wins). `train.patience` > 0
-stops training after that many evaluations in a row without improvement. With
-`optim.schedule=plateau` every `optim.plateau_patience` evaluations without improvement (counted
-since the best or the last cut) call for a learning-rate cut, which attnlab.train.loop applies. At
-the end the test split is evaluated with the selected checkpoint.
+stops training after that many evaluations in a row without a gain. With
+`optim.schedule=plateau` every `optim.plateau_patience` evaluations without a gain (counted
+since the last gain or the last cut) call for a learning-rate cut, which attnlab.train.loop
+applies. A gain is an improvement by at least `train.min_improvement` points
+(metrics.POINTS_PER_UNIT) over the value of the last gain: with 0 every improvement is one; with
+more, a run that creeps forward by hundredths is stopped, while its best checkpoint still
+follows every improvement. At the end the test split is evaluated with the selected checkpoint.
 
 `DIRECTIONS` is the one table of which way each metric improves; `TASK_METRICS` holds the
 metric a task selects on when the config says 'auto'.
 
-The state (best step and value, evaluations since the best and since the last cut) is plain
+The state (best step and value, the last gain, evaluations since it and since the last cut) is plain
 JSON, saved with every latest checkpoint, so a killed and resumed run selects the same step
 (and cuts the learning rate at the same evaluations) as an uninterrupted one.
 """
@@ -26,7 +29,7 @@ import math
 
 from attnlab.config.fields import ConfigError
 from attnlab.config.run import SELECT_METRICS, SELECT_SPLIT
-from attnlab.metrics import DIRECTIONS
+from attnlab.metrics import DIRECTIONS, POINTS_PER_UNIT
 
 # The metric `train.select_metric='auto'` picks per task; every other task selects on
 # sequence_accuracy (exact match: synthetic tasks and dates).
@@ -65,8 +68,10 @@ class Selection:
   best_step: int | None = None
   best_value: float | None = None
   best_loss: float | None = None  # the eval loss at the best step: breaks ties
-  evals_since_best: int = 0
-  evals_since_change: int = 0  # since the best or the last learning-rate cut
+  min_improvement: float = 0.0  # points a gain needs (train.min_improvement)
+  gain_value: float | None = None  # the value of the last gain (the best, with 0 points)
+  evals_since_best: int = 0  # since the last gain: train.patience counts these
+  evals_since_change: int = 0  # since the last gain or the last learning-rate cut
 
   @property
   def mode(self) -> str:
@@ -81,14 +86,24 @@ class Selection:
     value = float(metrics[self.metric])
     loss = float(metrics.get('loss', math.nan))
     tie_won = (value == self.best_value and self.best_loss is not None and loss < self.best_loss)
-    if math.isfinite(value) and (is_better(self.metric, value, self.best_value) or tie_won):
-      self.best_step, self.best_value, self.evals_since_best = int(step), value, 0
+    improved = math.isfinite(value) and (is_better(self.metric, value, self.best_value) or tie_won)
+    if improved:
+      self.best_step, self.best_value = int(step), value
       self.best_loss = loss if math.isfinite(loss) else None
-      self.evals_since_change = 0
+    if improved and self._is_gain(value):
+      self.gain_value, self.evals_since_best, self.evals_since_change = value, 0, 0
+    else:
+      self.evals_since_best += 1
+      self.evals_since_change += 1
+    return improved
+
+  def _is_gain(self, value: float) -> bool:
+    """Whether an improved `value` moved at least min_improvement points from the last gain."""
+    if self.gain_value is None or not self.min_improvement:
       return True
-    self.evals_since_best += 1
-    self.evals_since_change += 1
-    return False
+    moved = value - self.gain_value if self.mode == 'max' else self.gain_value - value
+    # A relative tolerance: 0.5 points must count as 0.5 when the metric is a float fraction.
+    return moved * POINTS_PER_UNIT[self.metric] >= self.min_improvement * (1 - 1e-9)
 
   @property
   def lr_cut_due(self) -> bool:
@@ -105,7 +120,8 @@ class Selection:
 
   def to_json(self) -> dict:
     return {'metric': self.metric, 'best_step': self.best_step, 'best_value': self.best_value,
-            'best_loss': self.best_loss, 'evals_since_best': self.evals_since_best,
+            'best_loss': self.best_loss, 'gain_value': self.gain_value,
+            'evals_since_best': self.evals_since_best,
             'evals_since_change': self.evals_since_change}
 
   def restore(self, saved: dict | None) -> None:
@@ -113,6 +129,8 @@ class Selection:
     if saved and saved.get('metric') == self.metric:
       self.best_step, self.best_value = saved['best_step'], saved['best_value']
       self.best_loss = saved.get('best_loss')
+      # Saved before min_improvement existed: every improvement was a gain.
+      self.gain_value = saved.get('gain_value', self.best_value)
       self.evals_since_best = int(saved['evals_since_best'])
       # Saved before plateau cuts existed: no cut was made, so the count is the same.
       self.evals_since_change = int(saved.get('evals_since_change', self.evals_since_best))

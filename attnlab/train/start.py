@@ -165,7 +165,8 @@ def _selection(cfg: config_lib.RunConfig) -> Selection | None:
     return None
   plateau = cfg.optim.plateau_patience if cfg.optim.schedule == 'plateau' else 0
   return Selection(resolve_metric(cfg.train.select_metric, cfg.task.name),
-                   patience=cfg.train.patience, plateau_patience=plateau)
+                   patience=cfg.train.patience, plateau_patience=plateau,
+                   min_improvement=cfg.train.min_improvement)
 
 
 def _restore(ckpt: checkpoint.Checkpointer, state: steps.TrainState,
@@ -214,10 +215,11 @@ def _append_provenance(workdir: str, cfg: config_lib.RunConfig, start: int) -> N
 
 def stops_early(run: Run) -> bool:
   """Whether selection ends the run now: `train.patience` evaluations without improvement,
-  or a plateau cut due that would go below `optim.plateau_min_scale`."""
+  or a plateau cut due that would go below `optim.plateau_min_scale` under
+  `optim.plateau_at_floor=stop`."""
   selection = run.selection
   if selection is None:
     return False
-  floor_reached = (selection.lr_cut_due
+  floor_reached = (run.cfg.optim.plateau_at_floor == 'stop' and selection.lr_cut_due
                    and optim.next_plateau_scale(run.cfg.optim, run.lr_scale) is None)
   return selection.patience_exhausted or floor_reached

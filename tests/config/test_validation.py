@@ -65,6 +65,8 @@ def _choices(registry) -> str:
     ('optim.plateau_factor', 1.0, r'optim.plateau_factor=1.0 must be in \(0, 1\)'),
     ('optim.plateau_patience', 0, 'optim.plateau_patience=0 must be a positive integer'),
     ('optim.plateau_min_scale', 1.0, r'optim.plateau_min_scale=1.0 must be in \[0, 1\)'),
+    ('train.min_improvement', -0.1, r'train.min_improvement=-0.1 must be a finite number >= 0'),
+    ('optim.plateau_at_floor', 'keep', "optim.plateau_at_floor='keep' is not valid; choose from hold, stop$"),
     ('parallel.mode', 'pjit', 'choose from pmap, shard_map'),
     ('eval.search', 'sample', _choices(SEARCH_METHODS)),
     ('model.hidden_size', 0, 'model.hidden_size=0 must be a positive integer'),
@@ -99,6 +101,9 @@ def test_bad_value_names_key_and_choices(key, value, message):
     ({'optim.schedule': 'plateau', 'optim.plateau_patience': 3, 'train.patience': 3},
      r'train.patience=3 would stop the run before optim.plateau_patience=3 evaluations cut '
      r'the learning rate; set train.patience > 3 \(or 0 = never stop\)'),
+    ({'optim.schedule': 'plateau', 'optim.plateau_min_scale': 0.25, 'train.patience': 0,
+      'optim.plateau_at_floor': 'hold'},
+     r'optim.plateau_at_floor=hold leaves the end of the run to train.patience, which is 0'),
 ])
 def test_impossible_combinations(updates, message):
   c = base.get_config()

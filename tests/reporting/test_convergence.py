@@ -241,7 +241,7 @@ def test_a_resumed_run_keeps_the_last_row_per_step():
 
 
 def test_every_selection_metric_has_a_point_scale():
-  assert set(convergence.POINTS_PER_UNIT) == set(metrics.DIRECTIONS)
+  assert set(metrics.POINTS_PER_UNIT) == set(metrics.DIRECTIONS)
 
 
 def test_run_line():

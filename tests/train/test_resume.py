@@ -120,8 +120,9 @@ def test_a_key_to_allow_that_is_no_config_key_is_refused(tmp_path):
   assert str(refused.value) == (
     "--allow_config_change=train.num_steps,train.num_step: 'train.num_step' is not a config key "
     '(did you mean train.num_steps?); the keys that may change on resume with it: '
-    'train.num_steps, train.eval_every, train.patience, train.divergence_factor, '
-    'optim.learning_rate, optim.plateau_min_scale')
+    'train.num_steps, train.eval_every, train.patience, train.min_improvement, '
+    'train.divergence_factor, optim.learning_rate, optim.plateau_min_scale, '
+    'optim.plateau_at_floor')
   assert not os.path.exists(run_dir)
   with pytest.raises(resume.WorkdirConfigError, match="'bogus.key' is not a config key; "):
     resume.check_allowed_changes(run_dir, smoke_config(), ('bogus.key',))

@@ -75,6 +75,36 @@ def test_plateau_cuts_after_its_patience_and_stops_after_train_patience():
   assert again.evals_since_change == again.evals_since_best == 5
 
 
+
+def test_min_improvement_stops_a_run_that_creeps_and_still_selects_its_best():
+  # Hand-derived, 0.5 BLEU points a gain: 20.0 (gain) 20.3 20.4 (improvements, no gain: cuts
+  # due) 20.6 (+0.6 over 20.0: a gain) 20.9 21.0 21.05 (+0.45 over 20.6 at most): 3 evaluations
+  # without a gain end the run at its best, step 7, which is the checkpoint selected.
+  s = selection.Selection('bleu', patience=3, plateau_patience=1, min_improvement=0.5)
+  due, best = [], []
+  for step, bleu in enumerate([20.0, 20.3, 20.4, 20.6, 20.9, 21.0, 21.05], start=1):
+    best.append(s.update(step, {'bleu': bleu, 'loss': 1.0}))
+    due.append(s.lr_cut_due)
+    if s.lr_cut_due:
+      s.lr_cut_made()
+  assert best == [True] * 7
+  assert due == [False, True, True, False, True, True, False]
+  assert s.patience_exhausted and (s.best_step, s.best_value, s.gain_value) == (7, 21.05, 20.6)
+  again = selection.Selection('bleu', patience=3, plateau_patience=1, min_improvement=0.5)
+  again.restore(json.loads(json.dumps(s.to_json())))
+  assert again == s
+  # A state saved before gains were tracked: its best was its last gain.
+  again.restore({k: v for k, v in s.to_json().items() if k != 'gain_value'})
+  assert again.gain_value == 21.05
+  # Rates count in percentage points: 0.300 -> 0.295 WER is a gain of exactly 0.5 points.
+  w = selection.Selection('wer', patience=2, min_improvement=0.5)
+  assert w.update(1, {'wer': 0.300}) and w.update(2, {'wer': 0.295}) and w.evals_since_best == 0
+  assert w.update(3, {'wer': 0.2901}) and w.evals_since_best == 1 and w.best_step == 3
+  # Without min_improvement every improvement is a gain, ties won on the loss included.
+  z = selection.Selection('wer', patience=2)
+  z.update(1, {'wer': 0.3, 'loss': 2.0})
+  assert z.update(2, {'wer': 0.3, 'loss': 1.0}) and z.evals_since_best == 0
+
 def _final(workdir):
   with open(os.path.join(workdir, 'final_metrics.json')) as f:
     return json.load(f)
@@ -270,3 +300,42 @@ def test_a_run_killed_before_its_first_checkpoint_starts_again_cleanly(tmp_path,
   # run_time_current.json for the next start to record as 'killed'.
   assert [t['outcome'] for t in times] == ['failed: Killed', 'finished']
   assert times[-1]['first_step'] == 0
+
+
+@pytest.mark.slow
+def test_holding_the_rate_at_the_floor_leaves_the_stop_to_patience(tmp_path, monkeypatch):
+  # Cuts after steps 3 (x0.5) and 4 (x0.25 = the floor); the cut due at step 5 is not made:
+  # the rate stays at x0.25, the eval metric improves again at step 6 (which a stop at the
+  # floor would have missed), and train.patience=4 ends the run after steps 7-10.
+  # A run stopped at the floor under plateau_at_floor=stop and resumed under hold trains the
+  # same learning rates and parameters.
+  values = {1: 0.1, 2: 0.5, 3: 0.4, 4: 0.3, 5: 0.2, 6: 0.9, 7: 0.8, 8: 0.7, 9: 0.6, 10: 0.5,
+            11: 1.0, 12: 1.0}
+  overrides = {'train.num_steps': 12, 'train.eval_every': 1, 'train.log_every': 1,
+               'train.checkpoint_every': 1, 'train.keep_checkpoints': 14, 'train.patience': 4,
+               'optim.schedule': 'plateau', 'optim.plateau_patience': 1,
+               'optim.plateau_min_scale': 0.25, 'optim.warmup_steps': 0,
+               'task.num_eval_examples': 16}
+  hold = {**overrides, 'optim.plateau_at_floor': 'hold'}
+  peak = smoke_config(**overrides).optim.learning_rate
+
+  def learning_rates(workdir):
+    events = [json.loads(line) for line in open(os.path.join(workdir, 'metrics.jsonl'))]
+    return [e['learning_rate'] / peak for e in events if e['split'] == 'train']
+
+  script_eval_metric(monkeypatch, values, {})
+  held = str(tmp_path / 'hold')
+  train.train_and_evaluate(smoke_config(**hold), held)
+  assert learning_rates(held) == pytest.approx([1, 1, 1, .5, .25, .25, .25, .25, .25, .25])
+  final = _final(held)
+  assert final['trained_steps'] == 10 and final['step'] == 6
+  assert final['selection']['stopped_early']
+
+  stopped = str(tmp_path / 'stop')
+  train.train_and_evaluate(smoke_config(**overrides), stopped)
+  assert _final(stopped)['trained_steps'] == 5 and _final(stopped)['step'] == 2
+  train.train_and_evaluate(smoke_config(**hold), stopped,
+                           allow_config_change=('optim.plateau_at_floor',))
+  assert learning_rates(stopped) == learning_rates(held)
+  assert _final(stopped)['trained_steps'] == 10 and _final(stopped)['step'] == 6
+  _assert_same_params(_params(stopped, 10), _params(held, 10))
