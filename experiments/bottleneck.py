@@ -8,9 +8,9 @@ the decoder through its initial state only). Against RNNsearch (Bahdanau timing,
 and Luong (general score, input feeding). On real translation, Bible Spanish -> English
 (configs/bible.py; BLEU by source length in words, the paper's x axis), and on copy and reverse
 with sources of 5-40 symbols. Every trial runs to convergence and is tested on its best eval
-checkpoint (experiments/sizes.py). Bible trials (half width, 3-5.5 steps/s on one core, stopped
-by the plateau schedule) take over 30 min each: 2 seeds; copy and reverse 3 seeds. 4 decoders x
-(2 + 3 + 3) = 32 trials (RNNencdec joined after the first 9 had finished).
+checkpoint (experiments/sizes.py; Bible seed 2 stops as its FINISH says, seeds 0-1 at PLATEAU's
+floor). 4 decoders x 3 tasks x 3 seeds = 36 trials (RNNencdec joined after the first 9 had
+finished).
 
 COMMAND: python -m attnlab.sweep experiments/bottleneck.py --parallel=2 \
   --workdir=runs/bottleneck --archive=results/bottleneck
@@ -30,21 +30,20 @@ DECODERS = (
   ('Luong general + input feeding', 'luong', 'general', True),
   ('fixed context (RNNencdec, Cho 2014)', 'fixed', 'general', False),
 )
+# (config, FIXED, the first seed that FINISHes). LONG_SYNTHETIC stops by train.patience already.
 TASKS = (
-  ('configs/bible.py', sizes.BIBLE, sizes.LONG_TRIAL_SEEDS),
-  ('configs/reverse.py', sizes.LONG_SYNTHETIC, sizes.SEEDS),
-  ('configs/copy.py', sizes.LONG_SYNTHETIC, sizes.SEEDS),
+  ('configs/bible.py', sizes.BIBLE, sizes.BIBLE_FINISH_FROM),
+  ('configs/reverse.py', sizes.LONG_SYNTHETIC, len(sizes.SEEDS)),
+  ('configs/copy.py', sizes.LONG_SYNTHETIC, len(sizes.SEEDS)),
 )
 
 
 def sweep(add):
   # Seeds outermost: a sweep cut short still holds every variant once.
   for seed in sizes.SEEDS:
-    for config, fixed, seeds in TASKS:
-      if seed not in seeds:
-        continue
+    for config, fixed, finish_from in TASKS:
       for label, timing, score, feeding in DECODERS:
-        add(config=config, fixed=fixed, label=label, **{
+        add(config=config, fixed={**fixed, **sizes.stopping(seed, finish_from)}, label=label, **{
           'model.attention.timing': timing,
           'model.attention.score': score,
           'model.attention.input_feeding': feeding,

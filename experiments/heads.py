@@ -4,9 +4,9 @@ is the same for every variant), on CMUdict G2P; every trial converged and tested
 eval checkpoint.
 
 Vaswani et al. found one head 0.9 BLEU worse than the best (EN-DE dev) and quality dropping
-again with too many heads (32). 4 variants x 2 seeds = 8 trials (experiments/sizes.py
-G2P_TRANSFORMER: d_model 128, 2+2 layers, FFN 256): a trial takes over 30 min on one core, so
-2 seeds, the issue's rule (sizes.LONG_TRIAL_SEEDS).
+again with too many heads (32). 4 variants x 3 seeds = 12 trials (experiments/sizes.py
+G2P_TRANSFORMER: d_model 128, 2+2 layers, FFN 256; seed 2 stops as sizes.FINISH says, seeds 0-1
+at the floor).
 
 COMMAND: python -m attnlab.sweep experiments/heads.py --parallel=2 \
   --workdir=runs/heads --archive=results/heads
@@ -22,6 +22,7 @@ HEADS = (1, 2, 4, 8)
 
 
 def sweep(add):
-  for seed in sizes.LONG_TRIAL_SEEDS:  # outermost: a sweep cut short still holds every variant once
+  for seed in sizes.SEEDS:  # outermost: a sweep cut short still holds every variant once
     for heads in HEADS:
-      add(fixed=sizes.G2P_TRANSFORMER, **{'model.transformer.num_heads': heads, 'seed': seed})
+      fixed = {**sizes.G2P_TRANSFORMER, **sizes.stopping(seed, sizes.G2P_TRANSFORMER_FINISH_FROM)}
+      add(fixed=fixed, **{'model.transformer.num_heads': heads, 'seed': seed})

@@ -6,7 +6,8 @@ Luong et al. report the dot/general/concat grid on WMT'14 En-De (global attentio
 best, concat weakest); Britz et al. found additive 22.47 vs multiplicative 22.33 BLEU. Here
 CMUdict G2P at half the width of configs/g2p.py (experiments/sizes.py), every trial converged
 and tested on its best eval checkpoint; the same grid on Bible translation is
-experiments/score_timing_bible.py. 9 variants x 3 seeds = 27 trials.
+experiments/score_timing_bible.py. 9 variants x 5 seeds = 45 trials (seeds 3 and 4 stop as
+experiments/sizes.py FINISH says, seeds 0-2 at PLATEAU's floor).
 
 COMMAND: python -m attnlab.sweep experiments/score_timing.py --parallel=2 \
   --workdir=runs/score_timing --archive=results/score_timing
@@ -23,12 +24,12 @@ SCORES = ('dot', 'general', 'concat')
 TIMINGS = (('bahdanau', False), ('luong', False), ('luong', True))
 
 
-def grid(add, config, fixed, seeds):
+def grid(add, config, fixed, seeds, finish_from):
   """Seeds outermost: a sweep cut short still holds every variant once."""
   for seed in seeds:
     for score in SCORES:
       for timing, feeding in TIMINGS:
-        add(config=config, fixed=fixed, **{
+        add(config=config, fixed={**fixed, **sizes.stopping(seed, finish_from)}, **{
           'model.attention.score': score,
           'model.attention.timing': timing,
           'model.attention.input_feeding': feeding,
@@ -37,4 +38,4 @@ def grid(add, config, fixed, seeds):
 
 
 def sweep(add):
-  grid(add, 'configs/g2p.py', sizes.G2P_RNN, sizes.SEEDS)
+  grid(add, 'configs/g2p.py', sizes.G2P_RNN, sizes.SCORE_TIMING_SEEDS, sizes.G2P_RNN_FINISH_FROM)

@@ -1,8 +1,9 @@
 """Score x timing at convergence on Bible Spanish -> English: the grid of
 experiments/score_timing.py (Luong et al. 2015, Table 4) on real translation, ranked by test
 BLEU, every trial tested on its best eval checkpoint. Half-width models
-(experiments/sizes.py BIBLE) and 2 seeds, as a trial is over 30 min on one core.
-9 variants x 2 seeds = 18 trials, 4 of them the bottleneck's attentional Bible trials (Bahdanau
+(experiments/sizes.py BIBLE) and 3 seeds (seed 2 stops as sizes.FINISH says, seeds 0-1 at
+PLATEAU's floor). 9 variants x 3 seeds = 27 trials, 6 of them the bottleneck's attentional Bible
+trials (Bahdanau
 concat; Luong general + input feeding): the sweep copies those from results/bottleneck once
 they finished there (attnlab/sweeps/shared.py).
 
@@ -20,4 +21,4 @@ BASE = 'configs/bible.py'
 
 
 def sweep(add):
-  grid(add, 'configs/bible.py', sizes.BIBLE, sizes.LONG_TRIAL_SEEDS)
+  grid(add, 'configs/bible.py', sizes.BIBLE, sizes.SEEDS, sizes.BIBLE_FINISH_FROM)

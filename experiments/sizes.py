@@ -116,8 +116,7 @@ G2P_TRANSFORMER = {
 # configs/bible.py with the plateau schedule at half width (encoder 2 x 64, decoder 128): 5.7
 # steps/s on one CPU core (AMD EPYC Zen 4, single-threaded, 600 steps after the ~3 min of
 # compiling its 16 padded shapes), 2.5x the full width's 2.3, at which a converged trial takes
-# 80-110 min and no Bible experiment fits in 4 hours. Trials take over 30 min: 2 seeds
-# (LONG_TRIAL_SEEDS). A cap, not a length: the floor's stop rule ends a trial within a few
+# 80-110 min and no Bible experiment fits in 4 hours. A cap, not a length: the floor's stop rule ends a trial within a few
 # evaluations of its last gain, and every Bible trial but the slowest stops early, at
 # 13,000-27,000 steps. Lower caps cut trials that still gain: under 12,000 no attention (seed 0;
 # eval BLEU 6.0 -> 6.7 over the last quarter, never a plateau cut) and Bahdanau concat (~1 BLEU
@@ -131,11 +130,28 @@ BIBLE = {
   'model.hidden_size': 128,
   'model.embed_dim': 64,
 }
+# Seeds are the unit of evidence (the reports' Welch tests over trials): 3 for every cell, 5 for
+# the G2P score x timing grid, whose gaps are small beside its seed spread.
 SEEDS = (0, 1, 2)
-# 3 seeds, 2 where a trial takes over 30 min on one core (the Bible trials: 67-161 CPU-min; the
-# G2P Transformer: 1 head, seed 0, stops at 21,000 steps under PLATEAU's floor after 37 CPU-min,
-# 40 min of wall with two single-threaded trials on 2 cores).
-LONG_TRIAL_SEEDS = SEEDS[:2]
+SCORE_TIMING_SEEDS = (0, 1, 2, 3, 4)
+
+# How a trial stops. PLATEAU ends a trial when a cut below its floor is due, often one or two
+# evaluations after its best while the eval metric still moves. FINISH holds the rate at the
+# floor instead, and train.patience evaluations without a gain of at least 0.1 points
+# (train.min_improvement: percentage points of WER or accuracy, BLEU points) end the trial: it
+# stops when the metric no longer moves, not after a count of cuts. Trials trained before FINISH
+# existed keep their floor stop (the seeds below *_FINISH_FROM); the reports say per trial how it
+# ended and whether it was still improving.
+FINISH = {'optim.plateau_at_floor': 'hold', 'train.min_improvement': 0.1}
+G2P_RNN_FINISH_FROM = 3  # score_timing, local_global (G2P)
+G2P_TRANSFORMER_FINISH_FROM = 2  # heads
+BIBLE_FINISH_FROM = 2  # score_timing_bible, bottleneck and local_global (Bible)
+
+
+def stopping(seed: int, finish_from: int) -> dict:
+  """The overrides that set how a trial of `seed` stops: FINISH from seed `finish_from` on."""
+  return FINISH if seed >= finish_from else {}
+
 
 # configs/g2p.py with the settings of experiments/learning_speed/'s 1,000-step trials (example
 # batching, one encoder layer, dropout 0.2, float32, no label smoothing): those experiments pin
@@ -150,8 +166,8 @@ G2P_LEARNING_SPEED_BASE = {
 
 if SIZE == 'accelerator':
   # The recipes' widths (configs/g2p.py: a 2-layer encoder, H=256; configs/bible.py: H=256,
-  # embeddings 128), a Transformer of the same width, and 3 seeds for every trial.
+  # embeddings 128), a Transformer of the same width; every trial is new there: all FINISH.
   G2P_RNN = {**G2P_RNN, 'model.hidden_size': 256, 'model.encoder_layers': 2}
   G2P_TRANSFORMER = {**G2P_TRANSFORMER, 'model.hidden_size': 256, 'model.transformer.mlp_dim': 1024}
   BIBLE = {**BIBLE, 'model.hidden_size': 256, 'model.embed_dim': 128}
-  LONG_TRIAL_SEEDS = SEEDS
+  G2P_RNN_FINISH_FROM = G2P_TRANSFORMER_FINISH_FROM = BIBLE_FINISH_FROM = 0
