@@ -116,14 +116,14 @@ G2P_TRANSFORMER = {
 # configs/bible.py with the plateau schedule at half width (encoder 2 x 64, decoder 128): 5.7
 # steps/s on one CPU core (AMD EPYC Zen 4, single-threaded, 600 steps after the ~3 min of
 # compiling its 16 padded shapes), 2.5x the full width's 2.3, at which a converged trial takes
-# 80-110 min and no Bible experiment fits in 4 hours. A cap, not a length: the floor's stop rule ends a trial within a few
-# evaluations of its last gain, and every Bible trial but the slowest stops early, at
-# 13,000-27,000 steps. Lower caps cut trials that still gain: under 12,000 no attention (seed 0;
-# eval BLEU 6.0 -> 6.7 over the last quarter, never a plateau cut) and Bahdanau concat (~1 BLEU
-# per 1,000 steps at 7,000); under 24,000 Bahdanau concat (seed 0; 30.41 -> 30.93, a new best at
-# the last evaluation); under 32,000 dot x Bahdanau (score_timing_bible, seed 1; 30.77 -> 31.34,
-# a new best at the last evaluation). A trial that ran to a lower cap trains on from its
-# checkpoints (attnlab/sweeps/trial_dirs.py).
+# 80-110 min and no Bible experiment fits in 4 hours. A cap, not a length: the floor's stop rule
+# ends a trial within a few evaluations of its last gain, and every Bible trial but the slowest
+# stops early, at 13,000-27,000 steps. Lower caps cut trials that still gain: under 12,000 no
+# attention (seed 0; eval BLEU 6.0 -> 6.7 over the last quarter, never a plateau cut) and
+# Bahdanau concat (~1 BLEU per 1,000 steps at 7,000); under 24,000 Bahdanau concat (seed 0;
+# 30.41 -> 30.93, a new best at the last evaluation); under 32,000 dot x Bahdanau
+# (score_timing_bible, seed 1; 30.77 -> 31.34, a new best at the last evaluation). A trial that
+# ran to a lower cap trains on from its checkpoints (attnlab/sweeps/trial_dirs.py).
 BIBLE = {
   **PLATEAU,
   'train.num_steps': 48_000,

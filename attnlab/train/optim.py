@@ -91,7 +91,8 @@ def with_lr_scale(opt_state, value: float):
 
 def next_plateau_scale(cfg: OptimConfig, scale: float) -> float | None:
   """The plateau multiplier after one more cut of `scale`, None when it would fall below
-  `plateau_min_scale` (no cut: the run stops or holds the rate, `plateau_at_floor`). float32, as the optimiser state holds it."""
+  `plateau_min_scale` (no cut: the run stops or holds the rate, `plateau_at_floor`). float32,
+  as the optimiser state holds it."""
   cut = float(np.float32(scale * cfg.plateau_factor))
   # A relative tolerance: 0.5 ** 4 must reach a floor of 0.0625 written as 1 / 16.
   if cut < cfg.plateau_min_scale * (1 - 1e-6):

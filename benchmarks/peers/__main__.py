@@ -1,23 +1,25 @@
 """attnlab beside OpenNMT-py and Joey NMT: training speed, decoding speed and time to quality.
 
-    python -m benchmarks.peers            # every system, 30 CPU-minutes each -> results/peers_*
-    python -m benchmarks.peers --quick    # every stage for a few steps (smoke; writes nothing)
+    python -m benchmarks.peers                # G2P, every system, 30 CPU-minutes each
+    python -m benchmarks.peers --task=bible   # Bible Spanish -> English, the same
+    python -m benchmarks.peers --quick        # every stage for a few steps (smoke; writes nothing)
 
-One run measures every system (attnlab with batches of 64 words, attnlab with its token
-batching, OpenNMT-py, Joey NMT) on the same machine, one after another:
+One run measures every system (attnlab with batches of 64 sources, attnlab with its token
+batching, OpenNMT-py, Joey NMT) on one task (tasks.py) on the same machine, one after another:
 
-1. installs the peers into their own venv (environment.py; once) and exports attnlab's CMUdict
-   G2P split as their files (export.py);
+1. installs the peers into their own venv (environment.py; once) and exports attnlab's split of
+   the task as their files (export.py);
 2. trains each system's matched network with its own command and recipe (recipes.py) until
    it has used --cpu_budget_min CPU-minutes, noting when each checkpoint appeared
    (supervise.py) and reading its training speed from its log (logs.py);
-3. decodes the dev words with every checkpoint in the budget (greedy, the system's own
-   translate command) and scores them with attnlab's WER (measures.py);
-4. decodes the test words with each system's best checkpoint, greedy and beam 5, timing the
-   command, and on one word for its start-up.
+3. decodes the dev split with every checkpoint in the budget (greedy, the system's own
+   translate command) and scores it with the task's metric (measures.py);
+4. decodes the test split with each system's best checkpoint, greedy and beam 5, timing the
+   command, and on one source for its start-up.
 
-Writes benchmarks/results/peers_<machine>.json (one record per system and measure) and .md (the
-table benchmarks/README.md quotes). Run it on an otherwise idle machine: every figure is a time.
+Writes benchmarks/results/peers_<task>_<machine>.json (one record per system and measure) and
+.md (the table benchmarks/README.md quotes). Run it on an otherwise idle machine: every figure
+is a time.
 """
 
 from __future__ import annotations
@@ -32,7 +34,6 @@ import time
 
 import jax
 
-from attnlab.data import load_task
 from attnlab.runtime import provenance
 from attnlab.runtime.machine import cpu_model_name, machine_name
 from benchmarks import measure
@@ -45,21 +46,22 @@ from benchmarks.peers import (
   report,
   supervise,
   systems,
+  tasks,
 )
-from configs import g2p
 
 RESULTS_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), 'results')
-FULL = {'plan': recipes.Plan(max_steps=24_000, every=1000, log_every=100), 'limits': None}
+FULL = {'max_steps': 24_000, 'log_every': 100, 'limits': None}  # checkpoints: the task's `every`
 # A few steps of every stage on a slice of the data: the pipeline end to end in minutes.
 QUICK = {
-  'plan': recipes.Plan(max_steps=20, every=10, log_every=5, eval_words=50),
+  'plan': recipes.Plan(max_steps=20, every=10, log_every=5, eval_sources=50),
   'limits': {'train': 3000, 'eval': 50, 'test': 50},
 }
-ONE = 'one'  # the file prefix of the first test word alone: each command's start-up
+ONE = 'one'  # the file prefix of the first test source alone: each command's start-up
 
 
 def _parser() -> argparse.ArgumentParser:
   p = argparse.ArgumentParser(prog='python -m benchmarks.peers', description=__doc__.split('\n')[0])
+  p.add_argument('--task', default='g2p', help='the task: ' + ', '.join(tasks.TASKS))
   p.add_argument('--quick', action='store_true', help='every stage for a few steps (smoke)')
   p.add_argument(
     '--systems',
@@ -76,7 +78,7 @@ def _parser() -> argparse.ArgumentParser:
     '--threshold',
     type=float,
     default=None,
-    help='dev WER %% for time to quality (default: the loosest best)',
+    help="the dev score (WER %% or BLEU) for time to quality (default: the loosest best)",
   )
   p.add_argument('--venv', default=environment.DEFAULT_VENV, help="the peers' venv")
   p.add_argument('--runs', default='', help='work folder (default runs/peers[-quick])')
@@ -121,37 +123,42 @@ def _train(system, cpu_budget_s: float) -> supervise.Supervised:
   return done
 
 
+def _score(system, output: str, data: str, name: str) -> float:
+  """The task's metric of the system's output file on the exported split `name`."""
+  task = system.task
+  text = task.text(export.read_lines(output), pieces=system.input_kind == export.SOURCE)
+  return task.score(text, export.read_lines(export.path(data, name, export.REFERENCES)))
+
+
 def _dev_curve(system, trained: supervise.Supervised, data: str, budget_s: float):
-  refs = export.references(data, 'dev')
   points = []
   for step, stamp in sorted(trained.checkpoints.items()):
     if stamp.cpu_s > budget_s or step not in system.checkpoint_steps():
       continue
     output = os.path.join(system.run, f'dev_{step}.out')
     _decode(system, step, data, 'dev', output, beam=1)
-    wer = measures.wer_percent(export.read_lines(output), refs)
-    points.append(measures.Point(step, stamp.wall_s, stamp.cpu_s, wer))
+    score = _score(system, output, data, 'dev')
+    points.append(measures.Point(step, stamp.wall_s, stamp.cpu_s, score))
   return points
 
 
-def _test_decodes(system, step: int, data: str, words: int) -> dict[str, dict]:
-  refs = export.references(data, 'test')
+def _test_decodes(system, step: int, data: str, inputs: int) -> dict[str, dict]:
   decodes = {}
   for search, beam in measures.SEARCHES.items():
     start_s = _decode(system, step, data, ONE, os.path.join(system.run, 'one.out'), beam)
     output = os.path.join(system.run, f'test_{search}.out')
     command_s = _decode(system, step, data, 'test', output, beam)
     decodes[search] = {
-      'words_per_s': measures.words_per_s(words, command_s, start_s),
+      'inputs_per_s': measures.inputs_per_s(inputs, command_s, start_s),
       'command_s': command_s,
-      'test_wer': measures.wer_percent(export.read_lines(output), refs),
+      'test_score': _score(system, output, data, 'test'),
     }
   return decodes
 
 
-def _export(folder: str, limits) -> dict[str, int]:
-  counts = export.export(load_task(g2p.get_config()), folder, limits)
-  for kind in (export.SOURCE, export.WORDS, export.REFERENCES):
+def _export(task, folder: str, limits) -> dict[str, int]:
+  counts = export.export(task, folder, limits)
+  for kind in (export.SOURCE, export.INPUT, export.REFERENCES):
     first = export.read_lines(export.path(folder, 'test', kind))[0]
     with open(export.path(folder, ONE, kind), 'w', encoding='utf-8') as f:
       f.write(first + '\n')
@@ -165,11 +172,17 @@ def main(argv=None) -> dict:
   unknown = sorted(set(names) - set(systems.SYSTEM_NAMES))
   if unknown or not names:
     parser.error(f'unknown systems {unknown}; choose from {", ".join(systems.SYSTEM_NAMES)}')
+  if args.task not in tasks.TASKS:
+    parser.error(f'unknown --task {args.task!r}; choose from {", ".join(tasks.TASKS)}')
   if args.cpu_budget_min <= 0:
     parser.error(f'--cpu_budget_min must be positive, got {args.cpu_budget_min:g}')
+  task = tasks.TASKS[args.task]
   settings = QUICK if args.quick else FULL
-  plan, budget_s = settings['plan'], 60 * args.cpu_budget_min
-  runs = args.runs or os.path.join(systems.REPO, 'runs', 'peers-quick' if args.quick else 'peers')
+  plan = settings.get('plan') or recipes.Plan(
+    max_steps=settings['max_steps'], every=task.every, log_every=settings['log_every'])
+  budget_s = 60 * args.cpu_budget_min
+  folder = f'peers-{task.name}' + ('-quick' if args.quick else '')
+  runs = args.runs or os.path.join(systems.REPO, 'runs', folder)
   machine = args.machine or machine_name()
   started = time.perf_counter()
   load_at_start = measure.load_average()
@@ -177,26 +190,27 @@ def main(argv=None) -> dict:
   if any(n in report.PEERS for n in names):
     peer_versions = environment.install(args.venv)
   data = os.path.join(runs, 'data')
-  counts = _export(data, settings['limits'])
+  counts = _export(task, data, settings['limits'])
   print(f'data: {counts} in {data}', flush=True)
 
-  chosen = [systems.build(n, args.venv, data, runs, plan) for n in names]
+  chosen = [systems.build(n, task, args.venv, data, runs, plan) for n in names]
   trained, curves = {}, {}
   for system in chosen:
     print(f'{system.name}: training (budget {args.cpu_budget_min:g} CPU-min)', flush=True)
     trained[system.name] = _train(system, budget_s)
   for system in chosen:
-    print(f'{system.name}: dev WER of each checkpoint', flush=True)
+    print(f'{system.name}: dev {task.metric_label} of each checkpoint', flush=True)
     curves[system.name] = _dev_curve(system, trained[system.name], data, budget_s)
   threshold = args.threshold
   if threshold is None:
-    threshold = measures.shared_threshold(curves)
+    threshold = measures.shared_threshold(task, curves)
   records = []
   for system in chosen:
     points = curves[system.name]
-    top = measures.best(points)
+    top = measures.best(task, points)
     decodes = _test_decodes(system, top.step, data, counts['test']) if top else {}
     records += measures.system_records(
+      task,
       system.name,
       machine,
       points=points,
@@ -204,13 +218,15 @@ def main(argv=None) -> dict:
       speed=logs.steady_rate(system.speed_windows()),
       decodes=decodes,
     )
-    print(report.row_line(system.name, records), flush=True)
+    print(report.row_line(task, system.name, records), flush=True)
 
   result = {
     'command': 'python -m benchmarks.peers'
+    + (f' --task={task.name}' if task.name != parser.get_default('task') else '')
     + (' --quick' if args.quick else '')
     + (f' --systems={args.systems}' if args.systems != parser.get_default('systems') else '')
     + (f' --cpu_budget_min={args.cpu_budget_min:g}' if args.cpu_budget_min != 30 else ''),
+    'task': task.name,
     'machine': machine,
     'cpu': cpu_model_name(),
     'cpu_count': os.cpu_count(),
@@ -227,7 +243,7 @@ def main(argv=None) -> dict:
     'cpu_budget_s': budget_s,
     'every': plan.every,
     'max_steps': plan.max_steps,
-    'threshold_wer': threshold,
+    'threshold': threshold,
     'threshold_from': '--threshold' if args.threshold is not None else 'the loosest best',
     'data': counts,
     'training': {
@@ -241,11 +257,11 @@ def main(argv=None) -> dict:
     'records': records,
     'wall_s': round(time.perf_counter() - started, 1),
   }
-  text = report.markdown(result)
+  text = report.markdown(task, result)
   print(text)
   out = args.out or ('' if args.quick else RESULTS_DIR)
   if out:
-    stem = os.path.join(out, f'peers_{machine}')
+    stem = os.path.join(out, f'peers_{task.name}_{machine}')
     measure.write_result(stem, result, text)
     print(f'wrote {stem}.json and {stem}.md')
   return result

@@ -1,14 +1,14 @@
-"""From what the systems wrote to the measures: WER, time to quality, the result records.
+"""From what the systems wrote to the measures: scores, time to quality, the result records.
 
-Every system is scored the same way: its output file, one phoneme string per exported word,
-through attnlab's own `metrics.error_rates` against every pronunciation of the word (the G2P
-task's WER: a word is wrong unless the output equals one of them).
+Every system is scored the same way: its output file, one line per exported source, made text
+(a peer's pieces detokenized) and scored by the task's metric (tasks.py: attnlab's G2P WER, or
+sacrebleu BLEU) against the exported references.
 
 Time to quality: each checkpoint carries the wall and CPU seconds at which it appeared
-(supervise.py) and the WER of its greedy decode of the dev words. Only checkpoints within the
-CPU budget count. The shared threshold is the loosest best: the highest of the systems' best
-dev WERs, rounded up to a tenth of a point, so every system reaches it; a system's time to
-quality is the stamp of its first checkpoint at or below it.
+(supervise.py) and the dev score of its greedy decode of the dev split. Only checkpoints within
+the CPU budget count. The shared threshold is the loosest best: the worst of the systems' best
+dev scores, rounded to a tenth of a point towards worse, so every system reaches it; a system's
+time to quality is the stamp of its first checkpoint at or beyond it.
 """
 
 from __future__ import annotations
@@ -16,20 +16,24 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from attnlab import metrics
-
-RECORD_KEYS = ('system', 'measure', 'value', 'unit', 'machine')
+RECORD_KEYS = ('task', 'system', 'measure', 'value', 'unit', 'machine')
 SEARCHES = {'greedy': 1, 'beam5': 5}  # name in the measures -> beam size
-MEASURES = {
-  'train_target_tokens_per_s': 'tokens/s',  # steady: median logging window after the first
-  'wall_s_to_threshold': 's',
-  'cpu_s_to_threshold': 's',
-  'best_dev_wer_in_budget': '%',
-  'steps_in_budget': 'steps',
-  **{f'decode_words_per_s_{s}': 'words/s' for s in SEARCHES},  # the test words, start-up aside
-  **{f'decode_command_s_{s}': 's' for s in SEARCHES},  # the whole command on the test words
-  **{f'test_wer_{s}': '%' for s in SEARCHES},  # of the checkpoint with the best dev WER
-}
+
+
+def measures(task) -> dict[str, str]:
+  """Measure name -> unit, for a tasks.PeerTask."""
+  metric, unit = task.metric, '%' if task.metric == 'wer' else 'BLEU'
+  return {
+    'train_target_tokens_per_s': 'tokens/s',  # steady: median logging window after the first
+    'wall_s_to_threshold': 's',
+    'cpu_s_to_threshold': 's',
+    f'best_dev_{metric}_in_budget': unit,
+    'steps_in_budget': 'steps',
+    # the test split, start-up aside
+    **{f'decode_inputs_per_s_{s}': f'{task.input_name}/s' for s in SEARCHES},
+    **{f'decode_command_s_{s}': 's' for s in SEARCHES},  # the whole command on the test split
+    **{f'test_{metric}_{s}': unit for s in SEARCHES},  # of the checkpoint with the best dev score
+  }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,55 +41,60 @@ class Point:
   step: int
   wall_s: float
   cpu_s: float
-  wer: float  # dev WER, percent
+  score: float  # the dev metric: WER percent or BLEU
 
 
-def wer_percent(outputs: list[str], references: list[list[str]]) -> float:
-  """G2P word error rate (percent) of one output line per word."""
-  if len(outputs) != len(references):
-    raise ValueError(f'{len(outputs)} output lines for {len(references)} words')
-  hyps = [line.split() for line in outputs]
-  refs = [[ref.split() for ref in refs] for refs in references]
-  return 100 * metrics.error_rates(hyps, refs)['wer']
+def _better(task, a: float, b: float) -> bool:
+  return a < b if task.lower_is_better else a > b
 
 
-def best(points: list[Point]) -> Point | None:
-  """The lowest dev WER (the earliest among equals)."""
-  return min(points, key=lambda p: (p.wer, p.step), default=None)
+def best(task, points: list[Point]) -> Point | None:
+  """The best dev score (the earliest among equals)."""
+  top = None
+  for p in points:
+    if top is None or _better(task, p.score, top.score):
+      top = p
+  return top
 
 
-def shared_threshold(curves: dict[str, list[Point]]) -> float | None:
-  """The highest of the systems' best dev WERs, rounded up to 0.1 (None if one has none)."""
-  bests = [best(points) for points in curves.values()]
+def shared_threshold(task, curves: dict[str, list[Point]]) -> float | None:
+  """The worst of the systems' best dev scores, rounded to 0.1 towards worse (None if one has
+  none)."""
+  bests = [best(task, points) for points in curves.values()]
   if not bests or any(b is None for b in bests):
     return None
-  return math.ceil(round(max(b.wer for b in bests) * 10, 6)) / 10
+  if task.lower_is_better:
+    return math.ceil(round(max(b.score for b in bests) * 10, 6)) / 10
+  return math.floor(round(min(b.score for b in bests) * 10, 6)) / 10
 
 
-def first_reaching(points: list[Point], threshold: float) -> Point | None:
-  return next((p for p in points if p.wer <= threshold), None)
+def first_reaching(task, points: list[Point], threshold: float) -> Point | None:
+  return next((p for p in points if not _better(task, threshold, p.score)), None)
 
 
-def words_per_s(words: int, command_s: float, start_s: float) -> float | None:
-  """Decoding rate with the command's start-up (its time on one word) taken out."""
+def inputs_per_s(inputs: int, command_s: float, start_s: float) -> float | None:
+  """Decoding rate with the command's start-up (its time on one input) taken out."""
   if command_s <= start_s:
     return None
-  return words / (command_s - start_s)
+  return inputs / (command_s - start_s)
 
 
-def record(system: str, measure: str, value: float, machine: str) -> dict:
-  if measure not in MEASURES:
-    raise ValueError(f'unknown measure {measure!r}; choose from {", ".join(MEASURES)}')
+def record(task, system: str, measure: str, value: float, machine: str) -> dict:
+  units = measures(task)
+  if measure not in units:
+    raise ValueError(f'unknown measure {measure!r}; choose from {", ".join(units)}')
   return {
+    'task': task.name,
     'system': system,
     'measure': measure,
     'value': value,
-    'unit': MEASURES[measure],
+    'unit': units[measure],
     'machine': machine,
   }
 
 
 def system_records(
+  task,
   system: str,
   machine: str,
   *,
@@ -97,19 +106,21 @@ def system_records(
   """One system's records: what could be measured (a measure without a value is left out).
 
   Args:
-    points: its dev WER curve within the budget.
+    points: its dev curve within the budget.
     speed: steady training target tokens/s.
-    decodes: search name -> {'words_per_s', 'command_s', 'test_wer'} of its test decodes.
+    decodes: search name -> {'inputs_per_s', 'command_s', 'test_score'} of its test decodes.
   """
   values = {'train_target_tokens_per_s': speed}
-  reached = first_reaching(points, threshold) if threshold is not None else None
+  reached = first_reaching(task, points, threshold) if threshold is not None else None
   if reached:
     values.update(wall_s_to_threshold=reached.wall_s, cpu_s_to_threshold=reached.cpu_s)
-  top = best(points)
+  top = best(task, points)
   if top:
-    values.update(best_dev_wer_in_budget=top.wer, steps_in_budget=points[-1].step)
+    values.update({f'best_dev_{task.metric}_in_budget': top.score,
+                   'steps_in_budget': points[-1].step})
   for search, d in decodes.items():
-    values[f'decode_words_per_s_{search}'] = d.get('words_per_s')
+    values[f'decode_inputs_per_s_{search}'] = d.get('inputs_per_s')
     values[f'decode_command_s_{search}'] = d.get('command_s')
-    values[f'test_wer_{search}'] = d.get('test_wer')
-  return [record(system, m, round(v, 3), machine) for m, v in values.items() if v is not None]
+    values[f'test_{task.metric}_{search}'] = d.get('test_score')
+  return [record(task, system, m, round(v, 3), machine) for m, v in values.items()
+          if v is not None]

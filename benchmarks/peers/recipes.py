@@ -1,16 +1,17 @@
 """The matched network and each system's own recipe around it, as its own configuration.
 
-Matched in every system (attnlab's configs/g2p.py at one encoder layer in float32): a
-bidirectional LSTM encoder of 128 units per direction, a learnt bridge from its final state
-to the decoder's first, an LSTM decoder of 256 units with Luong's general score and input
-feeding, embeddings of 128, dropout 0.2, label smoothing 0.1, Adam with betas (0.9, 0.98)
-and gradients clipped to a global norm of 1, batches of 64 words. The learning-rate schedule
-is each system's own recommendation (SCHEDULES). The bridges are each toolkit's own: attnlab
+Matched in every system (attnlab's recipe of the task, configs/g2p.py or configs/bible.py, at
+one encoder layer in float32): a bidirectional LSTM encoder of 128 units per direction, a
+learnt bridge from its final state to the decoder's first, an LSTM decoder of 256 units with
+Luong's general score and input feeding, embeddings of 128, the recipe's dropout and label
+smoothing (tasks.py), Adam with betas (0.9, 0.98) and gradients clipped to a global norm of 1,
+batches of 64 sources. The learning-rate schedule is each system's own recommendation
+(SCHEDULES). The bridges are each toolkit's own: attnlab
 tanh(W h) for the decoder's state and cell, Joey NMT tanh(W h + b) for both, OpenNMT-py
 relu(W h + b) on each direction's final state and cell.
 
 OpenNMT-py and Joey NMT read YAML files written here (`opennmt_config`, `joey_config`); attnlab
-reads configs/g2p.py with command-line overrides (`attnlab_flags`). Nothing here is copied from
+reads its recipe with command-line overrides (`attnlab_flags`). Nothing here is copied from
 the toolkits' example configurations: every key is set from the matched values above.
 """
 
@@ -25,22 +26,17 @@ ENCODER_UNITS_PER_DIRECTION = 128
 DECODER_UNITS = 256
 # attnlab gives each encoder direction half the decoder's units (docs/design.md, Encoder).
 assert DECODER_UNITS == 2 * ENCODER_UNITS_PER_DIRECTION
-BATCH_WORDS = 64
-DROPOUT = 0.2
-LABEL_SMOOTHING = 0.1
+BATCH_SOURCES = 64
 ADAM_BETAS = (0.9, 0.98)
 CLIP_NORM = 1.0
-MAX_LENGTH = 32  # tokens a word or its pronunciation may have (CMUdict: at most 22 and 20)
-# attnlab's token batching (its configs' default): ~640 padded tokens a step is ~64 words,
-# the sentence batches' work, spread over 8 padded shapes fit to the word lengths.
-TOKENS_PER_BATCH = 640
 PEER_LEARNING_RATE = 1e-3  # Adam's rate as both toolkits' documentation recommends it
 # Joey NMT's plateau schedule, at the defaults of its TrainConfig (its scheduler builder has
 # others of its own, 0.1 and 10, used only where the config names none).
 JOEY_PLATEAU = {'scheduling': 'plateau', 'patience': 5, 'decrease_factor': 0.5}
 
 SCHEDULES = {
-  'attnlab': 'configs/g2p.py: Adam 3e-3, 200 warm-up steps, cosine decay over the run',
+  'attnlab': "the recipe's: Adam at its peak (3e-3 G2P, 2e-3 Bible) after its warm-up, cosine "
+             'decay to the step cap',
   'opennmt-py': 'Adam 1e-3, constant (its default decay starts at step 50,000)',
   'joeynmt': 'Adam 1e-3, halved after 5 validations without a lower dev perplexity',
 }
@@ -54,10 +50,10 @@ class Plan:
   every: int  # steps between checkpoints (and each system's own validation)
   log_every: int  # steps between training-speed lines
   seed: int = 0
-  eval_words: int = 0  # dev words each in-loop validation decodes (0: all)
+  eval_sources: int = 0  # dev sources each in-loop validation decodes (0: all)
 
 
-def opennmt_config(data: str, run: str, plan: Plan) -> dict:
+def opennmt_config(task, data: str, run: str, plan: Plan) -> dict:
   """onmt_build_vocab's and onmt_train's YAML for the matched network."""
   return {
     'save_data': f'{run}/data',
@@ -74,8 +70,8 @@ def opennmt_config(data: str, run: str, plan: Plan) -> dict:
         'path_tgt': export.path(data, 'dev', export.TARGET),
       },
     },
-    'src_seq_length': MAX_LENGTH,
-    'tgt_seq_length': MAX_LENGTH,
+    'src_seq_length': task.max_length,
+    'tgt_seq_length': task.max_length,
     'save_model': f'{run}/model',
     'save_checkpoint_steps': plan.every,
     'keep_checkpoint': -1,
@@ -94,11 +90,11 @@ def opennmt_config(data: str, run: str, plan: Plan) -> dict:
     'global_attention': 'general',
     'input_feed': 1,
     'bridge': True,
-    'dropout': [DROPOUT],
-    'label_smoothing': LABEL_SMOOTHING,
+    'dropout': [task.dropout],
+    'label_smoothing': task.label_smoothing,
     'batch_type': 'sents',
-    'batch_size': BATCH_WORDS,
-    'valid_batch_size': BATCH_WORDS,
+    'batch_size': BATCH_SOURCES,
+    'valid_batch_size': BATCH_SOURCES,
     'optim': 'adam',
     'adam_beta1': ADAM_BETAS[0],
     'adam_beta2': ADAM_BETAS[1],
@@ -108,23 +104,23 @@ def opennmt_config(data: str, run: str, plan: Plan) -> dict:
 
 
 def joey_config(
-  data: str, run: str, plan: Plan, *, beam_size: int = 1, checkpoint: str | None = None
+  task, data: str, run: str, plan: Plan, *, beam_size: int = 1, checkpoint: str | None = None
 ) -> dict:
   """`python -m joeynmt train|translate`'s YAML; `beam_size` and `checkpoint` set what
   translate uses (training validates greedily whatever they are)."""
   testing = {
     'beam_size': beam_size,
-    'batch_size': BATCH_WORDS,
+    'batch_size': BATCH_SOURCES,
     'batch_type': 'sentence',
-    'max_output_length': MAX_LENGTH,
+    'max_output_length': task.max_output,
     'eval_metrics': ['sequence_accuracy'],
   }
   if checkpoint:
     testing['load_model'] = checkpoint
-  side = {'level': 'word', 'lowercase': False, 'max_length': MAX_LENGTH, 'voc_min_freq': 1}
+  side = {'level': 'word', 'lowercase': False, 'max_length': task.max_length, 'voc_min_freq': 1}
   embeddings = {'embedding_dim': EMBED_DIM}
   return {
-    'name': 'g2p',
+    'name': task.name,
     'model_dir': run,
     'use_cuda': False,
     'random_seed': plan.seed,
@@ -143,9 +139,9 @@ def joey_config(
       'learning_rate': PEER_LEARNING_RATE,
       **JOEY_PLATEAU,
       'clip_grad_norm': CLIP_NORM,
-      'label_smoothing': LABEL_SMOOTHING,
+      'label_smoothing': task.label_smoothing,
       'batch_type': 'sentence',
-      'batch_size': BATCH_WORDS,
+      'batch_size': BATCH_SOURCES,
       'epochs': 1000,  # the step cap or the budget ends the run
       'updates': plan.max_steps,
       'validation_freq': plan.every,
@@ -162,7 +158,7 @@ def joey_config(
         'bidirectional': True,
         'num_layers': 1,
         'hidden_size': ENCODER_UNITS_PER_DIRECTION,
-        'dropout': DROPOUT,
+        'dropout': task.dropout,
         'embeddings': embeddings,
       },
       'decoder': {
@@ -173,32 +169,33 @@ def joey_config(
         'attention': 'luong',
         'input_feeding': True,
         'init_hidden': 'bridge',
-        'dropout': DROPOUT,
-        'hidden_dropout': DROPOUT,
+        'dropout': task.dropout,
+        'hidden_dropout': task.dropout,
         'embeddings': embeddings,
       },
     },
   }
 
 
-def attnlab_flags(plan: Plan, batching: str) -> list[str]:
-  """`python -m attnlab.main`'s flags: configs/g2p.py at the matched network; `batching`
-  is 'examples' (64 words a step) or 'tokens' (TOKENS_PER_BATCH)."""
+def attnlab_flags(task, plan: Plan, batching: str) -> list[str]:
+  """`python -m attnlab.main`'s flags: the task's recipe at the matched network; `batching`
+  is 'examples' (64 sources a step) or 'tokens' (the task's tokens_per_batch)."""
   if batching == 'examples':
-    data = ['--config.data.batching=examples', f'--config.data.global_batch_size={BATCH_WORDS}']
+    data = ['--config.data.batching=examples', f'--config.data.global_batch_size={BATCH_SOURCES}']
   elif batching == 'tokens':
-    data = ['--config.data.batching=tokens', f'--config.data.tokens_per_batch={TOKENS_PER_BATCH}']
+    data = ['--config.data.batching=tokens',
+            f'--config.data.tokens_per_batch={task.tokens_per_batch}']
   else:
     raise ValueError(f'unknown batching {batching!r}; choose from examples, tokens')
   return [
-    '--config=configs/g2p.py',
+    f'--config={task.config}',
     *data,
     '--config.model.encoder_layers=1',
     '--config.model.dtype=float32',
     f'--config.model.embed_dim={EMBED_DIM}',
     f'--config.model.hidden_size={DECODER_UNITS}',  # its encoder: H/2 units per direction
-    f'--config.model.dropout={DROPOUT}',
-    f'--config.train.label_smoothing={LABEL_SMOOTHING}',
+    f'--config.model.dropout={task.dropout}',
+    f'--config.train.label_smoothing={task.label_smoothing}',
     f'--config.optim.b1={ADAM_BETAS[0]}',
     f'--config.optim.b2={ADAM_BETAS[1]}',
     f'--config.optim.clip_norm={CLIP_NORM}',
@@ -208,8 +205,8 @@ def attnlab_flags(plan: Plan, batching: str) -> list[str]:
     f'--config.train.checkpoint_every={plan.every}',
     '--config.train.keep_checkpoints=100000',  # every checkpoint stays for the dev decodes
     f'--config.train.log_every={plan.log_every}',
-    '--config.eval.search=greedy',  # validates as Joey NMT does; dev WER comes from decodes
-    f'--config.eval.max_examples={plan.eval_words}',
+    '--config.eval.search=greedy',  # validates as Joey NMT does; dev scores come from decodes
+    f'--config.eval.max_examples={plan.eval_sources}',
     '--config.eval.num_heatmaps=0',
     '--config.eval.num_samples=0',
   ]

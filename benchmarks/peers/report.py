@@ -2,25 +2,32 @@
 
 from __future__ import annotations
 
-from benchmarks.peers import measures, recipes
+from benchmarks.peers import recipes
 
 PEERS = ('opennmt-py', 'joeynmt')
-COLUMNS = (  # (measure, header, format)
-  ('train_target_tokens_per_s', 'train target tok/s', '{:,.0f}'),
-  ('decode_words_per_s_greedy', 'greedy words/s', '{:,.0f}'),
-  ('decode_words_per_s_beam5', 'beam-5 words/s', '{:,.0f}'),
-  ('wall_s_to_threshold', 'wall s to threshold', '{:,.0f}'),
-  ('cpu_s_to_threshold', 'CPU s to threshold', '{:,.0f}'),
-  ('best_dev_wer_in_budget', 'best dev WER % in budget', '{:.2f}'),
-  ('steps_in_budget', 'steps in budget', '{:,.0f}'),
-  ('test_wer_greedy', 'test WER % greedy', '{:.2f}'),
-  ('test_wer_beam5', 'test WER % beam 5', '{:.2f}'),
-)
+
+
+def columns(task) -> tuple[tuple[str, str, str], ...]:
+  """(measure, header, format) of the table's columns for a tasks.PeerTask."""
+  m, label, inputs = task.metric, task.metric_label, task.input_name
+  return (
+    ('train_target_tokens_per_s', 'train target tok/s', '{:,.0f}'),
+    ('decode_inputs_per_s_greedy', f'greedy {inputs}/s', '{:,.1f}'),
+    ('decode_inputs_per_s_beam5', f'beam-5 {inputs}/s', '{:,.1f}'),
+    ('wall_s_to_threshold', 'wall s to threshold', '{:,.0f}'),
+    ('cpu_s_to_threshold', 'CPU s to threshold', '{:,.0f}'),
+    (f'best_dev_{m}_in_budget', f'best dev {label} in budget', '{:.2f}'),
+    ('steps_in_budget', 'steps in budget', '{:,.0f}'),
+    (f'test_{m}_greedy', f'test {label} greedy', '{:.2f}'),
+    (f'test_{m}_beam5', f'test {label} beam 5', '{:.2f}'),
+  )
+
+
 # attnlab / the faster peer: how the issue's targets read (time: the peer's over attnlab's).
 RATIOS = (
   ('train_target_tokens_per_s', 'training tok/s', False),
-  ('decode_words_per_s_greedy', 'greedy', False),
-  ('decode_words_per_s_beam5', 'beam 5', False),
+  ('decode_inputs_per_s_greedy', 'greedy', False),
+  ('decode_inputs_per_s_beam5', 'beam 5', False),
   ('cpu_s_to_threshold', 'CPU time to threshold', True),
 )
 
@@ -46,24 +53,24 @@ def ratio(table: dict, system: str, measure: str, lower_is_better: bool) -> floa
   return min(peers) / ours if lower_is_better else ours / max(peers)
 
 
-def markdown(result: dict) -> str:
+def markdown(task, result: dict) -> str:
   table = values(result['records'])
   v = result['versions']
-  threshold = result['threshold_wer']
+  cols = columns(task)
   lines = [
-    f'# attnlab beside its peers: {result["machine"]}\n\n',
+    f'# attnlab beside its peers: {task.label}, {result["machine"]}\n\n',
     f'Command: `{result["command"]}` ({result["wall_s"] / 60:.0f} min; attnlab with jax '
     f'{v["jax"]}; OpenNMT-py {v["OpenNMT-py"]} and Joey NMT {v["joeynmt"]} with torch '
     f'{v["torch"]}; {result["cpu_count"]} CPU cores, load average {result["load_at_start"]} '
-    f'at start). CMUdict G2P, the matched network of benchmarks/peers/recipes.py; budget '
+    f'at start). {task.label}, the matched network of benchmarks/peers/recipes.py; budget '
     f'{result["cpu_budget_s"] / 60:.0f} CPU-minutes a system, a checkpoint every '
-    f'{result["every"]} steps; threshold = dev WER {threshold}% '
+    f'{result["every"]} steps; threshold = dev {task.metric_label} {result["threshold"]} '
     f'({result["threshold_from"]}).\n\n',
-    '| system | ' + ' | '.join(h for _, h, _ in COLUMNS) + ' |\n',
-    '|---|' + '---:|' * len(COLUMNS) + '\n',
+    '| system | ' + ' | '.join(h for _, h, _ in cols) + ' |\n',
+    '|---|' + '---:|' * len(cols) + '\n',
   ]
   for system, row in table.items():
-    lines.append(f'| {system} | ' + ' | '.join(_cell(row, m, f) for m, _, f in COLUMNS) + ' |\n')
+    lines.append(f'| {system} | ' + ' | '.join(_cell(row, m, f) for m, _, f in cols) + ' |\n')
   ours = [s for s in table if s not in PEERS]
   if ours and any(p in table for p in PEERS):
     lines.append('\nattnlab / the faster peer (> 1: attnlab faster): ')
@@ -74,17 +81,16 @@ def markdown(result: dict) -> str:
     lines.append('; '.join(parts) + '.\n')
   lines.append('\nSchedules: ' + '; '.join(f'{s}: {d}' for s, d in recipes.SCHEDULES.items()))
   lines.append(
-    '. Training speed is the median logging window after the first; decoding words/s times '
-    "each system's own translate command on the test words less the same command on one "
-    "word; every WER is attnlab's metric on the system's output file.\n"
+    '. Training speed is the median logging window after the first; decoding rates time each '
+    f"system's own translate command on the test {task.input_name} less the same command on "
+    f"one; every {task.metric_label.split()[0]} is attnlab's metric on the system's output "
+    'file (a peer\'s pieces detokenized as attnlab detokenizes its own).\n'
   )
   return ''.join(lines)
 
 
-def row_line(system: str, records: list[dict]) -> str:
+def row_line(task, system: str, records: list[dict]) -> str:
   """One progress line per system."""
   row = values(records).get(system, {})
-  return f'{system:<16} ' + '  '.join(f'{h} {_cell(row, m, f)}' for m, h, f in COLUMNS if m in row)
-
-
-assert {m for m, _, _ in COLUMNS} <= set(measures.MEASURES)
+  return f'{system:<16} ' + '  '.join(
+    f'{h} {_cell(row, m, f)}' for m, h, f in columns(task) if m in row)

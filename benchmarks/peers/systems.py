@@ -40,14 +40,14 @@ class OpenNMT:
   input_kind = export.SOURCE
   CHECKPOINT = re.compile(r'model_step_(\d+)\.pt')
 
-  def __init__(self, venv_dir: str, data: str, run: str, plan: recipes.Plan):
-    self.venv, self.data, self.run, self.plan = venv_dir, data, run, plan
+  def __init__(self, task, venv_dir: str, data: str, run: str, plan: recipes.Plan):
+    self.task, self.venv, self.data, self.run, self.plan = task, venv_dir, data, run, plan
     self.env = environment.peer_environment()
     self.config = os.path.join(run, 'train.yaml')
 
   def prepare(self) -> None:
     os.makedirs(self.run, exist_ok=True)
-    _write_yaml(self.config, recipes.opennmt_config(self.data, self.run, self.plan))
+    _write_yaml(self.config, recipes.opennmt_config(self.task, self.data, self.run, self.plan))
     cmd = [
       environment.command(self.venv, 'onmt_build_vocab'),
       '-config',
@@ -78,11 +78,11 @@ class OpenNMT:
       '-beam_size',
       str(beam),
       '-batch_size',
-      str(recipes.BATCH_WORDS),
+      str(recipes.BATCH_SOURCES),
       '-batch_type',
       'sents',
       '-max_length',
-      str(recipes.MAX_LENGTH),
+      str(self.task.max_output),
     ]
 
 
@@ -91,15 +91,15 @@ class Joey:
   input_kind = export.SOURCE
   CHECKPOINT = re.compile(r'(\d+)\.ckpt')
 
-  def __init__(self, venv_dir: str, data: str, run: str, plan: recipes.Plan):
-    self.venv, self.data, self.run, self.plan = venv_dir, data, run, plan
+  def __init__(self, task, venv_dir: str, data: str, run: str, plan: recipes.Plan):
+    self.task, self.venv, self.data, self.run, self.plan = task, venv_dir, data, run, plan
     self.env = environment.peer_environment()
     self.model_dir = os.path.join(run, 'model')  # Joey NMT makes (and empties) it itself
     self.config = os.path.join(run, 'train.yaml')
 
   def prepare(self) -> None:
     os.makedirs(self.run, exist_ok=True)
-    _write_yaml(self.config, recipes.joey_config(self.data, self.model_dir, self.plan))
+    _write_yaml(self.config, recipes.joey_config(self.task, self.data, self.model_dir, self.plan))
 
   def train_command(self) -> list[str]:
     return [
@@ -123,6 +123,7 @@ class Joey:
     config = _write_yaml(
       os.path.join(self.run, f'translate_{step}_beam{beam}.yaml'),
       recipes.joey_config(
+        self.task,
         self.data,
         self.model_dir,
         self.plan,
@@ -135,10 +136,10 @@ class Joey:
 
 
 class Attnlab:
-  input_kind = export.WORDS
+  input_kind = export.INPUT
 
-  def __init__(self, batching: str, data: str, run: str, plan: recipes.Plan):
-    self.batching, self.data, self.run, self.plan = batching, data, run, plan
+  def __init__(self, task, batching: str, data: str, run: str, plan: recipes.Plan):
+    self.task, self.batching, self.data, self.run, self.plan = task, batching, data, run, plan
     self.name = 'attnlab' if batching == 'examples' else f'attnlab-{batching}'
     self.env = dict(os.environ, JAX_PLATFORMS='cpu')  # where the peers run
     self.workdir = os.path.join(run, 'workdir')
@@ -152,7 +153,7 @@ class Attnlab:
       '-m',
       'attnlab.main',
       f'--workdir={self.workdir}',
-      *recipes.attnlab_flags(self.plan, self.batching),
+      *recipes.attnlab_flags(self.task, self.plan, self.batching),
     ]
 
   def checkpoint_steps(self) -> list[int]:
@@ -172,23 +173,24 @@ class Attnlab:
       f'--input={source}',
       f'--output={output}',
       *search,
-      f'--batch_size={recipes.BATCH_WORDS}',
-      f'--max_decode_length={recipes.MAX_LENGTH}',
+      f'--batch_size={recipes.BATCH_SOURCES}',
+      f'--max_decode_length={self.task.max_output}',
     ]
 
 
 SYSTEM_NAMES = ('attnlab', 'attnlab-tokens', 'opennmt-py', 'joeynmt')
 
 
-def build(name: str, venv_dir: str, data: str, runs: str, plan: recipes.Plan):
-  """The system called `name` (SYSTEM_NAMES), its run folder runs/NAME."""
+def build(name: str, task, venv_dir: str, data: str, runs: str, plan: recipes.Plan):
+  """The system called `name` (SYSTEM_NAMES) on `task` (tasks.PeerTask), its run folder
+  runs/NAME."""
   run = os.path.join(runs, name)
   if name == 'attnlab':
-    return Attnlab('examples', data, run, plan)
+    return Attnlab(task, 'examples', data, run, plan)
   if name == 'attnlab-tokens':
-    return Attnlab('tokens', data, run, plan)
+    return Attnlab(task, 'tokens', data, run, plan)
   if name == 'opennmt-py':
-    return OpenNMT(venv_dir, data, run, plan)
+    return OpenNMT(task, venv_dir, data, run, plan)
   if name == 'joeynmt':
-    return Joey(venv_dir, data, run, plan)
+    return Joey(task, venv_dir, data, run, plan)
   raise ValueError(f'unknown system {name!r}; choose from {", ".join(SYSTEM_NAMES)}')
