@@ -70,7 +70,7 @@ check: $(TEST_STAMP)
 # goes on to the next while the other finishes, so no core idles at an experiment's end.
 # Sized for 2 CPU cores, one single-threaded trial per core; on an accelerator:
 # make ablations ABLATION_WORKERS=1 SWEEP_ENV=
-ABLATIONS ?= headlines score_timing bottleneck heads score_timing_bible local_global
+ABLATIONS ?= headlines score_timing bottleneck heads score_timing_bible local_global dtype
 ABLATION_WORKERS ?= 2
 SWEEP_ENV ?= XLA_FLAGS=--xla_cpu_multi_thread_eigen=false
 SWEEP_FLAGS ?= --parallel=1
