@@ -17,13 +17,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax import lax
+from support.config_builders import parse_command_line
 from support.parts import require
 
+from attnlab.config import run as run_config
 from attnlab.data import batching
 from attnlab.models.factory import build_model
 from attnlab.tokens import PAD_ID
 from attnlab.train.steps import decoder_input
-from benchmarks import device_check, flops, workloads
+from benchmarks import cores, device_check, flops, workloads
 
 TORCH = 'torch (the PyTorch reference of benchmarks/)'
 TORCH_INSTALL = 'make bench-deps'
@@ -269,3 +271,17 @@ def test_device_check_trains_both_modes_alike_and_decodes_as_the_run_did(tmp_pat
     r'\| results/dates \(shipped\) decodes its test inputs as archived \| (\d+) of 16', text
   )
   assert shipped and int(shipped.group(1)) >= 15, text
+
+
+def test_cores_settings_train_the_matched_network_on_their_devices():
+  task = cores.tasks.TASKS['g2p']
+  for name, (flags, devices) in cores.SETTINGS.items():
+    command = cores._command(task, '/tmp/run', 600, devices or 2)
+    argv = command[command.index('attnlab.main') + 1:]
+    cfg = run_config.parse(parse_command_line([a for a in argv if a.startswith('--config')]))
+    assert cfg.parallel.num_devices == (1 if name == 'threads' else 2)
+    assert (cfg.train.num_steps, cfg.train.log_every, cfg.eval.max_examples) == (600, 50, 64)
+    assert cfg.data.global_batch_size == 64 and cfg.model.dtype == 'float32'
+    single = '--xla_cpu_multi_thread_eigen=false' in flags
+    assert single == (name == 'devices')
+    assert ('device_count={n}' in flags) == (name != 'threads')
