@@ -10,7 +10,10 @@ written in full when decoding ends (a temporary file beside it is renamed over i
 interrupted or failed decode leaves it as it was; it may not be the --input file:
 
   --format=text   the output text; with --nbest=K, K lines per input in the Moses n-best
-                  form `LINE ||| OUTPUT ||| SCORE` (LINE: 0-based input line)
+                  form `LINE ||| OUTPUT ||| SCORE` (LINE: 0-based input line). A line break
+                  inside an output (a subword model can spell one byte by byte) is written
+                  as a space, so that line N of the file stays input N's
+
   --format=jsonl  one object per input: index, input, output, outputs, scores, log_probs,
                   source_tokens, output_tokens, unknown, error
 
@@ -88,6 +91,12 @@ def _lines(stream) -> Iterator[tuple[str | None, str | None]]:
       yield None, f'bytes {raw[e.start:e.end]!r} at byte {e.start + 1} are not valid UTF-8'
 
 
+def one_line(text: str) -> str:
+  """`text` on one line: each line break that str.splitlines knows (\\n, \\r, \\x85, \\u2028,
+  ...) between two parts made a space, a trailing one dropped."""
+  return ' '.join(text.splitlines()) if text else text
+
+
 class Writer:
   """Writes results in input order and keeps the counts the closing warnings report."""
 
@@ -110,10 +119,10 @@ class Writer:
     if self.fmt == 'jsonl':
       self.out.write(json.dumps(inference.as_json(result), ensure_ascii=False) + '\n')
     elif self.nbest == 1:
-      self.out.write(result.output + '\n')
+      self.out.write(one_line(result.output) + '\n')
     else:
       for h in result.hypotheses:
-        self.out.write(f'{result.index} ||| {h.text} ||| {h.score:.6g}\n')
+        self.out.write(f'{result.index} ||| {one_line(h.text)} ||| {h.score:.6g}\n')
     if self.attention_dir and result.hypotheses:
       save_attention(self.attention_dir, line_no, result)
 

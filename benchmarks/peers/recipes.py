@@ -95,6 +95,7 @@ def opennmt_config(task, data: str, run: str, plan: Plan) -> dict:
     'batch_type': 'sents',
     'batch_size': BATCH_SOURCES,
     'valid_batch_size': BATCH_SOURCES,
+    **({'bucket_size': task.opennmt_bucket_size} if task.opennmt_bucket_size else {}),
     'optim': 'adam',
     'adam_beta1': ADAM_BETAS[0],
     'adam_beta2': ADAM_BETAS[1],

@@ -57,6 +57,7 @@ def markdown(task, result: dict) -> str:
   table = values(result['records'])
   v = result['versions']
   cols = columns(task)
+  threshold = task.shown(result['threshold']) if result['threshold'] is not None else 'none'
   lines = [
     f'# attnlab beside its peers: {task.label}, {result["machine"]}\n\n',
     f'Command: `{result["command"]}` ({result["wall_s"] / 60:.0f} min; attnlab with jax '
@@ -64,8 +65,7 @@ def markdown(task, result: dict) -> str:
     f'{v["torch"]}; {result["cpu_count"]} CPU cores, load average {result["load_at_start"]} '
     f'at start). {task.label}, the matched network of benchmarks/peers/recipes.py; budget '
     f'{result["cpu_budget_s"] / 60:.0f} CPU-minutes a system, a checkpoint every '
-    f'{result["every"]} steps; threshold = dev {task.metric_label} {result["threshold"]} '
-    f'({result["threshold_from"]}).\n\n',
+    f'{result["every"]} steps; threshold = dev {threshold} ({result["threshold_from"]}).\n\n',
     '| system | ' + ' | '.join(h for _, h, _ in cols) + ' |\n',
     '|---|' + '---:|' * len(cols) + '\n',
   ]

@@ -7,6 +7,7 @@ replaced only when complete, a terminal session is answered line by line, and ev
 decodes through the CLI.
 """
 
+import io
 import json
 import os
 import re
@@ -16,13 +17,14 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 from support import REPO
 from support.smoke_runs import copy_run, predictions
 
 import attnlab
 from attnlab import decode
-from attnlab.decoding import runs
+from attnlab.decoding import inference, runs
 from attnlab.train import loop as train
 from configs import reverse
 
@@ -317,3 +319,27 @@ def test_every_task_family_decodes_through_the_cli(tmp_path, monkeypatch):
     assert out.split('\n')[:-1] == [r['hypothesis'] for r in rows], name
   g2p_rows = predictions(runs_[0][1])
   assert all(r['reference'] in r['references'] for r in g2p_rows)  # every pronunciation kept
+
+
+def test_text_outputs_keep_one_line_per_input_whatever_the_model_spells():
+  # A subword model with byte fallback can emit a line break; the text file must still hold
+  # line N for input N (the n-best form, one line per hypothesis); jsonl keeps the text as is.
+  def hyp(text):
+    return inference.Hypothesis(text, [5], ['x'], -1.0, -1.0, np.zeros((1, 1), np.float32))
+
+  spelled = 'In the\nbeginning\u2028God\r\ncreated\n'
+  results = [inference.Decoded(0, 'a', ['a'], [hyp(spelled), hyp('x\x85y')], []),
+             inference.Decoded(1, 'b', ['b'], [hyp('plain')], [])]
+  assert decode.one_line(spelled) == 'In the beginning God created'
+  for fmt, nbest, expected in (
+      ('text', 1, ['In the beginning God created', 'plain']),
+      ('text', 2, ['0 ||| In the beginning God created ||| -1', '0 ||| x y ||| -1',
+                   '1 ||| plain ||| -1'])):
+    out = io.StringIO()
+    writer = decode.Writer(out, fmt, nbest, None, False)
+    for result in results:
+      writer.write(result)
+    assert out.getvalue().splitlines() == expected
+  out = io.StringIO()
+  decode.Writer(out, 'jsonl', 1, None, False).write(results[0])
+  assert json.loads(out.getvalue())['output'] == spelled

@@ -210,6 +210,7 @@ def test_opennmt_yaml_is_the_matched_network():
   bible = _yaml_round_trip(recipes.opennmt_config(BIBLE, '/d', '/r', PLAN))
   assert bible['dropout'] == [0.3] and bible['label_smoothing'] == 0.0  # configs/bible.py's
   assert bible['src_seq_length'] == bible['tgt_seq_length'] == 96
+  assert bible['bucket_size'] == 16_384 and 'bucket_size' not in c  # G2P: OpenNMT-py's default
 
 
 def test_joey_yaml_is_the_matched_network():
@@ -412,7 +413,7 @@ def test_report_ratios_are_attnlab_over_the_faster_peer():
   text = report.markdown(G2P, result)
   assert '| attnlab | 9,000 | - | - | - | 300 |' in text
   assert '| joeynmt | 4,000 |' in text and 'training tok/s 1.50' in text
-  assert 'CPU time to threshold 1.50' in text and 'dev WER % 30.1' in text
+  assert 'CPU time to threshold 1.50' in text and 'dev WER 30.1%' in text
   assert 'greedy words/s' in text and 'CMUdict G2P' in text
   bible = report.markdown(BIBLE, {**result, 'threshold': 22.3})
   assert 'dev BLEU 22.3' in bible and 'greedy verses/s' in bible and 'test BLEU beam 5' in bible
