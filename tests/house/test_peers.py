@@ -165,6 +165,17 @@ def test_exported_files_are_the_task_records_line_by_line(tmp_path):
   assert lines['tomato'] == ('t o m a t o', ['T AH M EY T OW', 'T AH M AA T OW'])  # no stress
 
 
+def test_the_timed_decode_reads_the_test_split_repeated_and_the_start_up_one_source(tmp_path):
+  task = dataclasses.replace(_task(), decode_repeats=3)
+  task.__dict__['data'] = _task().data
+  counts = peers_main._export(task, str(tmp_path), None)
+  for kind in (export.SOURCE, export.INPUT, export.REFERENCES):
+    test = export.read_lines(export.path(str(tmp_path), 'test', kind))
+    assert len(test) == counts['test']
+    assert export.read_lines(export.path(str(tmp_path), peers_main.ONE, kind)) == test[:1]
+    assert export.read_lines(export.path(str(tmp_path), peers_main.TIMED, kind)) == test * 3
+
+
 def test_export_limits_each_split(tmp_path):
   task = _task()
   counts = export.export(task, str(tmp_path), {'train': 5, 'eval': 1})

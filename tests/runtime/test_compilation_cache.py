@@ -45,12 +45,20 @@ def test_the_users_variable_wins_and_empty_turns_the_cache_off(monkeypatch, tmp_
   path = compilation_cache.enable()
   assert path == str(tmp_path / 'xdg' / 'attnlab' / 'xla' / compilation_cache.host_key())
   assert ('jax_compilation_cache_dir', path) in updates
+  assert ('jax_persistent_cache_min_compile_time_secs', 0.0) in updates  # small programs too
+  updates.clear()
+  monkeypatch.setenv('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '2')
+  compilation_cache.enable()
+  assert [name for name, _ in updates] == ['jax_compilation_cache_dir',
+                                           'jax_compilation_cache_max_size']  # JAX reads it
 
 
 @pytest.mark.slow
 def test_a_command_keeps_its_programs_and_a_second_process_reads_them(tmp_path):
-  env = {k: v for k, v in os.environ.items() if k != 'JAX_COMPILATION_CACHE_DIR'}
-  env.update(XDG_CACHE_HOME=str(tmp_path), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS='0')
+  # A program that compiles in milliseconds: kept all the same.
+  env = {k: v for k, v in os.environ.items()
+         if k not in ('JAX_COMPILATION_CACHE_DIR', 'JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS')}
+  env.update(XDG_CACHE_HOME=str(tmp_path))
   program = (
     'import jax, jax.numpy as jnp\n'
     'from attnlab.runtime import compilation_cache\n'
