@@ -11,8 +11,8 @@ interrupted or failed decode leaves it as it was; it may not be the --input file
 
   --format=text   the output text; with --nbest=K, K lines per input in the Moses n-best
                   form `LINE ||| OUTPUT ||| SCORE` (LINE: 0-based input line). A line break
-                  inside an output (a subword model can spell one byte by byte) is written
-                  as a space, so that line N of the file stays input N's
+                  (\\n, \\r) inside an output, which a subword model can spell byte by byte,
+                  is written as a space, so that line N of the file stays input N's
 
   --format=jsonl  one object per input: index, input, output, outputs, scores, log_probs,
                   source_tokens, output_tokens, unknown, error
@@ -41,6 +41,7 @@ import errno
 import json
 import math
 import os
+import re
 import shutil
 import sys
 from collections.abc import Iterator
@@ -91,10 +92,12 @@ def _lines(stream) -> Iterator[tuple[str | None, str | None]]:
       yield None, f'bytes {raw[e.start:e.end]!r} at byte {e.start + 1} are not valid UTF-8'
 
 
+LINE_BREAK = re.compile(r'\r\n|\r|\n')
+
+
 def one_line(text: str) -> str:
-  """`text` on one line: each line break that str.splitlines knows (\\n, \\r, \\x85, \\u2028,
-  ...) between two parts made a space, a trailing one dropped."""
-  return ' '.join(text.splitlines()) if text else text
+  """`text` with each line break a file reader sees (\\n, \\r, \\r\\n) written as a space."""
+  return LINE_BREAK.sub(' ', text)
 
 
 class Writer:

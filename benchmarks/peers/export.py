@@ -45,5 +45,7 @@ def export(task, folder: str, limits: Mapping[str, int] | None = None) -> dict[s
 
 
 def read_lines(file: str) -> list[str]:
+  """The file's lines as a file reader sees them: ended by \\n, \\r or \\r\\n only (an output may
+  hold other characters str.splitlines would break at, such as \\x1d)."""
   with open(file, encoding='utf-8') as f:
-    return f.read().splitlines()
+    return [line.removesuffix('\n') for line in f]

@@ -316,7 +316,7 @@ def test_every_task_family_decodes_through_the_cli(tmp_path, monkeypatch):
   for name, rows, proc in procs:
     out, err = proc.communicate(timeout=180)
     assert proc.returncode == 0, f'{name}: {err[-2000:]}'
-    assert out.split('\n')[:-1] == [r['hypothesis'] for r in rows], name
+    assert out.split('\n')[:-1] == [decode.one_line(r['hypothesis']) for r in rows], name
   g2p_rows = predictions(runs_[0][1])
   assert all(r['reference'] in r['references'] for r in g2p_rows)  # every pronunciation kept
 
@@ -327,19 +327,21 @@ def test_text_outputs_keep_one_line_per_input_whatever_the_model_spells():
   def hyp(text):
     return inference.Hypothesis(text, [5], ['x'], -1.0, -1.0, np.zeros((1, 1), np.float32))
 
-  spelled = 'In the\nbeginning\u2028God\r\ncreated\n'
-  results = [inference.Decoded(0, 'a', ['a'], [hyp(spelled), hyp('x\x85y')], []),
+  # Other characters str.splitlines breaks at (\x1d, \x85, \u2028) are no line ends to a file
+  # reader and stay.
+  spelled = 'In the\nbeginning\r\nGod\rcreated\u2028all\n'
+  results = [inference.Decoded(0, 'a', ['a'], [hyp(spelled), hyp('x\x1dy\x85')], []),
              inference.Decoded(1, 'b', ['b'], [hyp('plain')], [])]
-  assert decode.one_line(spelled) == 'In the beginning God created'
+  assert decode.one_line(spelled) == 'In the beginning God created\u2028all '
   for fmt, nbest, expected in (
-      ('text', 1, ['In the beginning God created', 'plain']),
-      ('text', 2, ['0 ||| In the beginning God created ||| -1', '0 ||| x y ||| -1',
-                   '1 ||| plain ||| -1'])):
+      ('text', 1, ['In the beginning God created\u2028all ', 'plain']),
+      ('text', 2, ['0 ||| In the beginning God created\u2028all  ||| -1',
+                   '0 ||| x\x1dy\x85 ||| -1', '1 ||| plain ||| -1'])):
     out = io.StringIO()
     writer = decode.Writer(out, fmt, nbest, None, False)
     for result in results:
       writer.write(result)
-    assert out.getvalue().splitlines() == expected
+    assert out.getvalue().split('\n') == [*expected, '']
   out = io.StringIO()
   decode.Writer(out, 'jsonl', 1, None, False).write(results[0])
   assert json.loads(out.getvalue())['output'] == spelled
