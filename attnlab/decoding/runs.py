@@ -64,6 +64,9 @@ def current_defaults() -> dict | None:
   return module.get_config().to_dict()
 
 
+TRAINING_ONLY = ('optim.', 'train.')  # config groups that steer only training
+
+
 def fill_missing(raw: dict, defaults: dict, prefix: str = '') -> list[str]:
   """Adds to `raw` (in place) the keys of `defaults` it lacks; returns their dotted names."""
   added = []
@@ -216,6 +219,8 @@ def load_run(workdir: str, checkpoint: str | int = 'best') -> TrainedRun:
   if damaged:
     notes.append(f'{", ".join(map(str, damaged))} is not JSON (orbax\'s record of the save; the '
                  'parameters read without it)')
+  # Keys that only steer training cannot change what a trained run decodes: not worth a note.
+  added = [key for key in added if not key.startswith(TRAINING_ONLY)]
   if added:
     notes.append(f'config.json predates {", ".join(added)}: using their defaults from '
                  'configs/base.py')

@@ -231,10 +231,13 @@ def test_a_run_older_than_a_config_key_reads_with_its_default(rnn_run, tmp_path,
   shutil.copytree(rnn_run, old)
   config = json.loads((old / 'config.json').read_text())
   del config['eval']['num_samples']  # as if attnlab gained eval.num_samples after this run
+  del config['train']['min_improvement']  # a training-only key: no note
   (old / 'config.json').write_text(json.dumps(config))
   run = runs.load_run(str(old))
   assert run.cfg.eval.num_samples == reverse.get_config().eval.num_samples
-  assert 'config.json predates eval.num_samples' in run.note
+  assert run.cfg.train.min_improvement == 0.0
+  assert run.note.endswith('config.json predates eval.num_samples: using their defaults from '
+                           'configs/base.py')
   config['eval']['retired_key'] = 1  # a key this attnlab does not know: cannot be read
   (old / 'config.json').write_text(json.dumps(config))
   code, _, err = _main([f'--workdir={old}'], capsys)
