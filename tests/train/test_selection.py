@@ -140,7 +140,8 @@ def test_the_test_split_uses_the_peak_checkpoint(tmp_path, monkeypatch):
   assert saved['step'] == 3 and saved['trained_steps'] == 6
   assert saved['selection'] == {'split': 'eval', 'metric': 'sequence_accuracy', 'mode': 'max',
                                 'best_step': 3, 'best_value': 0.9, 'patience': 0,
-                                'stopped_early': False}
+                                'min_improvement': 0.0, 'stopped_early': False,
+                                'ended_by': 'cap'}
   assert final['eval']['sequence_accuracy'] == 0.9 == saved['eval']['sequence_accuracy']
   events = [json.loads(line) for line in open(os.path.join(workdir, 'metrics.jsonl'))]
   assert [(e['step'], e['metric']) for e in events if e['split'] == 'selection'] == [
@@ -329,11 +330,12 @@ def test_holding_the_rate_at_the_floor_leaves_the_stop_to_patience(tmp_path, mon
   assert learning_rates(held) == pytest.approx([1, 1, 1, .5, .25, .25, .25, .25, .25, .25])
   final = _final(held)
   assert final['trained_steps'] == 10 and final['step'] == 6
-  assert final['selection']['stopped_early']
+  assert final['selection']['stopped_early'] and final['selection']['ended_by'] == 'patience'
 
   stopped = str(tmp_path / 'stop')
   train.train_and_evaluate(smoke_config(**overrides), stopped)
   assert _final(stopped)['trained_steps'] == 5 and _final(stopped)['step'] == 2
+  assert _final(stopped)['selection']['ended_by'] == 'floor'
   train.train_and_evaluate(smoke_config(**hold), stopped,
                            allow_config_change=('optim.plateau_at_floor',))
   assert learning_rates(stopped) == learning_rates(held)
