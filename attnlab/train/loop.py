@@ -49,8 +49,8 @@ RUN_TIMES = layout.RUN_TIMES
 def cut_learning_rate(run: Run, p_state):
   """The plateau schedule's cut: the learning-rate scale in the optimiser state times
   `optim.plateau_factor`. A host round trip of the state, made a few times per run."""
-  host = run.parallel.fetch(p_state)
-  scale = optim.next_plateau_scale(run.cfg.optim, optim.lr_scale(host.opt_state))
+  # run.lr_scale mirrors the state's scale: a hold needs no host round trip of the state.
+  scale = optim.next_plateau_scale(run.cfg.optim, run.lr_scale)
   if scale is None:  # optim.plateau_at_floor=hold: the rate stays, train.patience ends the run
     run.selection.lr_cut_made()
     message = (f'learning rate held at the floor x{run.lr_scale:g} (optim.plateau_at_floor=hold):'
@@ -58,6 +58,7 @@ def cut_learning_rate(run: Run, p_state):
     logging.info('step %d: %s', run.step, message)
     run.progress.note(message)
     return p_state
+  host = run.parallel.fetch(p_state)
   host = host.replace(opt_state=optim.with_lr_scale(host.opt_state, scale))
   run.lr_scale = scale
   run.selection.lr_cut_made()
