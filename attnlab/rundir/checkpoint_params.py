@@ -64,7 +64,6 @@ def restore(ckpt: Checkpointer, which: str | int = 'best', target_params: Any = 
   try:
     return _read_params(ckpt.directory, folder, step, target_params), step
   except Exception as e:  # orbax and tensorstore raise many types for damaged files
-    damage.drop_orphaned_read_errors(ckpt.directory)
     error = e
   others = _readable_choices(ckpt, (folder, step), target_params)
   found = (
@@ -100,6 +99,7 @@ def _step_dir(directory: epath.Path, folder: str, step: int) -> epath.Path:
 
 def _read_params(directory: epath.Path, folder: str, step: int, target_params: Any) -> Any:
   path = _step_dir(directory, folder, step) / 'state'
+  damage.drop_orphaned_read_errors(directory)
   reader = ocp.PyTreeCheckpointHandler()  # reads the `state` item alone, a subset of it
   try:
     if target_params is None:
@@ -135,7 +135,6 @@ def _readable_choices(ckpt: Checkpointer, failed: tuple[str, int], target_params
     try:
       _read_params(ckpt.directory, folder, step, target_params)
     except Exception:  # unreadable for any reason: not offered
-      damage.drop_orphaned_read_errors(ckpt.directory)
       continue
     choices.append(f'--checkpoint={choice}' + (f' (step {step})' if choice == 'best' else ''))
   return choices

@@ -68,7 +68,8 @@ def drop_orphaned_read_errors(directory: epath.Path) -> None:
   the read's other requests on its own threads and hands each to orbax's event loop, closed by
   then: every one becomes an unraisable `RuntimeError: Event loop is closed` or an asyncio
   'Future exception was never retrieved' record, hundreds of lines on stderr until the process
-  exits, after the one error that says what is wrong."""
+  exits, after the one error that says what is wrong. Called before the read: the first of
+  those records can come while the read's own exception is still on its way to the caller."""
   if not _orphaned_read_dirs:
     std_logging.getLogger('asyncio').addFilter(_OrphanedReads())
     previous = sys.unraisablehook

@@ -228,3 +228,25 @@ def test_damaged_save_records_are_listed_and_do_not_stop_a_read(tmp_path):
   with Checkpointer(tmp_path, keep=2) as ckpt:
     assert checkpoint_params.damaged_metadata(ckpt) == [tmp_path / '1' / '_CHECKPOINT_METADATA']
     np.testing.assert_array_equal(checkpoint_params.restore(ckpt, 1)[0]['w'], [1.0, 1.0])
+
+
+def test_a_failed_reads_orphaned_error_is_dropped_even_before_the_read_raises(
+    tmp_path, monkeypatch, caplog):
+  # asyncio reports a task's unretrieved exception when the task is collected, which can be
+  # while orbax's restore is still raising: the report must be dropped then too.
+  with Checkpointer(tmp_path, keep=2) as ckpt:
+    ckpt.save(1, {'params': {'w': np.ones(2, np.float32)}}, {'step': 1}, {})
+
+  def failing_restore(self, directory, *args, **kwargs):
+    orphan = ValueError(f'Error reading "{directory}/d/0123": byte range not valid')
+    logging.getLogger('asyncio').error(
+      'Task exception was never retrieved', exc_info=(ValueError, orphan, None))
+    logging.getLogger('asyncio').error('an unrelated loop error')
+    raise orphan
+
+  monkeypatch.setattr(checkpoint_params.ocp.PyTreeCheckpointHandler, 'restore', failing_restore)
+  with Checkpointer(tmp_path, keep=2) as ckpt, caplog.at_level(logging.ERROR, 'asyncio'):
+    with pytest.raises(UnreadableCheckpointError, match='byte range not valid'):
+      checkpoint_params.restore(ckpt, 1, target_params={'w': np.ones(2, np.float32)})
+  assert [r.getMessage() for r in caplog.records if r.name == 'asyncio'] == [
+    'an unrelated loop error']
