@@ -29,6 +29,7 @@ import jax
 
 from attnlab.data import load_task
 from attnlab.decoding import runs
+from attnlab.rundir import layout
 from attnlab.runtime.machine import cpu_model_name, default_machine_name
 from benchmarks import measure
 
@@ -89,7 +90,7 @@ def main(argv=None) -> dict:
   parser.add_argument('--machine', default='', help='results file name (default: the '
                       'accelerator JAX uses, else the CPU kind)')
   args = parser.parse_args(argv)
-  if not runs.saved_steps(args.workdir):
+  if not layout.saved_steps(args.workdir):
     train_run(args.workdir, args.train_steps)
   run = runs.load_run(args.workdir, args.checkpoint)
   words = [example['source'] for example in load_task(run.cfg).split('test')]

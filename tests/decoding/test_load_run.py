@@ -3,14 +3,17 @@
 The session's tiny runs (conftest.py: reverse:smoke, 4 steps, an RNN and a Transformer). The
 checks: n-best lists are distinct, sorted and headed by the 1-best, per-head weights average to
 what search used, compilation is per padded shape, a save in progress is left alone, and the
-decode speed benchmark counts compilation apart.
+decode speed benchmark times the decoder and the whole command.
 """
+
+import json
 
 import numpy as np
 import pytest
 from support.smoke_runs import copy_run, predictions
 
 import attnlab
+from attnlab.data import load_task
 from attnlab.decoding import runs
 from attnlab.errors import UserError
 from configs import reverse
@@ -123,14 +126,15 @@ def test_reading_a_run_leaves_a_save_in_progress_alone(rnn_run, tmp_path):
   assert [(f / 'part').read_text() for f in saving] == ['half a checkpoint'] * 2
 
 
-def test_decode_speed_benchmark_counts_compilation_apart(rnn_run):
+@pytest.mark.slow
+def test_decode_speed_benchmark_times_the_decoder_and_the_command(rnn_run, tmp_path):
   from benchmarks import decode_speed
 
-  run = runs.load_run(rnn_run)
-  words = ['abc', 'abcdefgh', 'ba'] * 20  # padded to 8 and 16 tokens
-  row = decode_speed.time_decoder(run, words, {'search': 'greedy', 'batch_size': 16})
-  assert row['words'] == 60 and row['words_per_s'] > 0 and row['compilations'] == 2
-  assert row['mean_output_tokens'] >= 1
-  assert '| greedy |' in decode_speed.markdown({
-      'machine': 'm', 'command': 'c', 'cpu': 'x', 'devices': 'd', 'workdir': 'w', 'step': 4,
-      'words': 60, 'rows': {'greedy': {**row, 'command_s': 1.0}}})
+  result = decode_speed.main([f'--workdir={rnn_run}', f'--out={tmp_path}', '--machine=m'])
+  words = len(load_task(runs.load_run(rnn_run).cfg).split('test'))
+  assert set(result['rows']) == {'greedy', 'beam5'}
+  for row in result['rows'].values():
+    assert row['words'] == words and row['words_per_s'] > 0 and row['command_s'] > 0
+    assert row['compilations'] >= 1 and row['mean_output_tokens'] >= 1
+  assert '| greedy |' in (tmp_path / 'decode_m.md').read_text()
+  assert json.loads((tmp_path / 'decode_m.json').read_text())['rows'] == result['rows']
