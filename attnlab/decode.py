@@ -52,7 +52,7 @@ from attnlab import cli, storage
 from attnlab.config.run import SEARCH_METHODS
 from attnlab.decoding import heatmaps, inference, runs
 from attnlab.errors import UserError
-from attnlab.runtime import compilation_cache
+from attnlab.runtime import compilation_cache, parallel
 
 CHUNK_LINES = 8192  # lines decoded (and written) together when reading a file or a pipe
 
@@ -190,6 +190,7 @@ def _decode_stream(decoder, lines, writer: Writer, *, nbest: int, interactive: b
 
 def main(argv=None) -> int:
   args = _parser().parse_args(argv)
+  parallel.cpu_device_per_core()  # before JAX starts: a batch's rows on every core
   compilation_cache.enable()
   try:
     with cli.library_warnings_only():

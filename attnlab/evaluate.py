@@ -25,7 +25,7 @@ from attnlab.config.run import SEARCH_METHODS, RunConfig
 from attnlab.decoding import runs
 from attnlab.errors import UserError
 from attnlab.rundir import layout
-from attnlab.runtime import compilation_cache
+from attnlab.runtime import compilation_cache, parallel
 from attnlab.runtime.parallel import DataParallel
 from attnlab.train.evaluation import PROGRESS_EVERY_S, Evaluator
 
@@ -132,6 +132,7 @@ def main(argv=None) -> int:
   parser.add_argument('--max_decode_length', type=int, help='0 = data.max_target_length')
   parser.add_argument('--max_examples', type=int, help='first N examples (0 = all)')
   args = parser.parse_args(argv)
+  parallel.cpu_device_per_core()  # before JAX starts: a batch's rows on every core
   compilation_cache.enable()
   try:
     with cli.library_warnings_only():

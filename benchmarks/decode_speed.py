@@ -30,6 +30,7 @@ import jax
 from attnlab.data import load_task
 from attnlab.decoding import runs
 from attnlab.rundir import layout
+from attnlab.runtime import parallel
 from attnlab.runtime.machine import cpu_model_name, default_machine_name
 from benchmarks import measure
 
@@ -90,6 +91,7 @@ def main(argv=None) -> dict:
   parser.add_argument('--machine', default='', help='results file name (default: the '
                       'accelerator JAX uses, else the CPU kind)')
   args = parser.parse_args(argv)
+  parallel.cpu_device_per_core()  # as attnlab.decode does, before JAX starts
   if not layout.saved_steps(args.workdir):
     train_run(args.workdir, args.train_steps)
   run = runs.load_run(args.workdir, args.checkpoint)

@@ -12,9 +12,12 @@ symbols) into `Decoded` results, in input order:
     `Decoded.error` and no hypotheses; the others are decoded. `max_input_length=0` lifts
     that limit up to the model's own (`model.transformer.max_length` for a Transformer).
   * Inputs are grouped by padded length (multiples of `data.bucket_size`) and decoded in
-    batches of `batch_size` rows. A smaller batch is padded to the fewest rows of a shape
-    already compiled for its length, else to a power of two: a file compiles one shape per
-    length bucket, a line typed at a terminal a one-row shape (`compilations` counts traces).
+    batches of `batch_size` rows (rounded up to a multiple of the local devices, which share
+    every batch: decoding/spread.py). A smaller batch is padded to the fewest rows of a shape
+    already compiled for its length, else to a power of two rows a device: a file compiles one
+    shape per length bucket, a line typed at a terminal a one-row-a-device shape
+    (`compilations` counts traces). The devices search the next batches while the host turns
+    one into text.
   * Search is decoding/search.py's `search_batch`, the function evaluation runs, so decoding an
     eval split's sources gives its predictions. `nbest=K` keeps the K best finished beam
     hypotheses (distinct, best first); `heads=True` also returns each cross-attention head's
@@ -28,6 +31,7 @@ import collections
 import dataclasses
 import functools
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import jax
@@ -40,6 +44,7 @@ from attnlab.config.run import SEARCH_METHODS
 from attnlab.data.pipeline import pad_rows, padded_length
 from attnlab.data.vocab import split_text
 from attnlab.decoding import search as search_lib
+from attnlab.decoding import spread
 from attnlab.tokens import BOS_ID, UNK_ID
 
 
@@ -78,6 +83,8 @@ class Decoded:
 
 def unknown_symbols(vocab, text: str, ids: list[int]) -> list[str]:
   """The symbols of `text` that `vocab` encoded as UNK (ids: `vocab.encode(text)`)."""
+  if UNK_ID not in ids:
+    return []
   symbols = vocab.pieces(text) if hasattr(vocab, 'pieces') else split_text(text, vocab.mode)
   if len(symbols) != len(ids) - 1:  # cannot align: report the count only
     return ['<unk>'] * ids.count(UNK_ID)
@@ -145,8 +152,8 @@ class Decoder:
     self.compiled_rows: dict[int, set[int]] = collections.defaultdict(set)  # S -> row counts
     search_fn = functools.partial(search_lib.search_batch, run.model, method=self.search,
                                   beam_size=self.beam_size, length_penalty=self.length_penalty)
-    self._search = jax.jit(_counted(search_fn, self.compilations, 'search'),
-                           static_argnames=('max_length',))
+    self._search = spread.SpreadSearch(_counted(search_fn, self.compilations, 'search'))
+    self._params = self._search.replicate(run.params)
     self._heads = jax.jit(_counted(functools.partial(forced_attention, run.model),
                                    self.compilations, 'heads'))
 
@@ -199,10 +206,28 @@ class Decoder:
       result.source_tokens = src_vocab.tokens(ids)
       width_S = padded_length(len(ids), self.run.cfg.data.bucket_size, self.model_limit)
       groups[width_S].append((result, ids))
+    for (members, src_BxS), found in self._search.results(self._params, self._batches(groups)):
+      self._collect(members, src_BxS, found, nbest, heads)
+    return results
+
+  def _batches(self, groups: dict[int, list]) -> Iterator[tuple[Any, np.ndarray, int]]:
+    """(members, src_BxS) with its src_BxS and max_length, for SpreadSearch.results."""
     for width_S, members in sorted(groups.items()):
       for start in range(0, len(members), self.batch_size):
-        self._decode_batch(members[start:start + self.batch_size], width_S, nbest, heads)
-    return results
+        chunk = members[start:start + self.batch_size]
+        src_BxS = pad_rows([ids for _, ids in chunk], self._rows(width_S, len(chunk)), width_S)
+        yield (chunk, src_BxS), src_BxS, self.max_decode_length
+
+  def _rows(self, width_S: int, members: int) -> int:
+    """Rows of the padded batch: a shape already compiled for width_S, else a power of two
+    rows a device (at most batch_size rounded up to the devices)."""
+    compiled = [n for n in self.compiled_rows[width_S] if n >= members]
+    if compiled:
+      return min(compiled)
+    devices = self._search.num_devices
+    per_device = min(-(-self.batch_size // devices), 1 << (-(-members // devices) - 1).bit_length())
+    self.compiled_rows[width_S].add(devices * per_device)
+    return devices * per_device
 
   def _limit_reason(self) -> str:
     if self.model_limit and self.input_limit == self.model_limit:
@@ -212,19 +237,13 @@ class Decoder:
     return ('data.max_source_length, the longest source the model was trained on; '
             '--max_input_length=0 lifts it')
 
-  def _decode_batch(self, members, width_S: int, nbest: int, heads: bool) -> None:
-    compiled = [n for n in self.compiled_rows[width_S] if n >= len(members)]
-    rows = min(compiled) if compiled else min(self.batch_size,
-                                              1 << (len(members) - 1).bit_length())
-    self.compiled_rows[width_S].add(rows)
-    src_BxS = pad_rows([ids for _, ids in members], rows, width_S)
-    found = jax.device_get(self._search(self.run.params, src_BxS,
-                                        max_length=self.max_decode_length))
+  def _collect(self, members, src_BxS: np.ndarray, found, nbest: int, heads: bool) -> None:
+    """Each member's hypotheses from its batch's search result (on the host)."""
     head_weights = None
     if heads and self.multi_head:
       K = nbest
       src_NxS = np.repeat(src_BxS, K, axis=0)  # row b*K + k: hypothesis k of input b
-      out_NxT = np.asarray(found.tokens_BxKxT[:, :K]).reshape(rows * K, -1)
+      out_NxT = np.asarray(found.tokens_BxKxT[:, :K]).reshape(src_BxS.shape[0] * K, -1)
       head_weights = jax.device_get(self._heads(self.run.params, src_NxS, out_NxT))
     tgt_vocab = self.run.target_vocab
     valid_BxK = np.asarray(found.scores_BxK) > search_lib.NEG_INF / 2

@@ -197,9 +197,11 @@ def top_k(x_BxN: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
   into the sort's output, and the rewrite then falls back to a full stable sort of every row of
   W * V candidates (9.6 s of a 10.5 s Bible-sized beam batch). The barrier keeps the slice
   whole, so all three calls in a beam step run as TopK (tests/decoding/test_search.py checks the
-  compiled program; benchmarks/OPTIMISATIONS.md has the numbers).
+  compiled program; benchmarks/OPTIMISATIONS.md has the numbers). One barrier per output: XLA's
+  SPMD partitioner crashes on a barrier over the pair inside shard_map (decoding/spread.py).
   """
-  return lax.optimization_barrier(lax.top_k(x_BxN, k))
+  values, indices = lax.top_k(x_BxN, k)
+  return lax.optimization_barrier(values), lax.optimization_barrier(indices)
 
 
 def _take_rows(x_BxK: jax.Array, idx_BxJ: jax.Array) -> jax.Array:

@@ -27,6 +27,8 @@ from jax.sharding import PartitionSpec as P
 from attnlab.config.run import PARALLEL_MODES
 
 AXIS = 'data'
+CPU_DEVICE_COUNT_FLAG = '--xla_force_host_platform_device_count'  # XLA:CPU's devices in a process
+MOST_CPU_DEVICES = 8
 
 # glibc mallopt parameters (malloc.h).
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_ARENA_MAX = -1, -3, -8
@@ -42,6 +44,21 @@ def will_run_on_cpu() -> bool:
   if platforms:
     return platforms.split(',')[0].strip() == 'cpu'
   return not any(importlib.util.find_spec(name) for name in ACCELERATOR_PLUGINS)
+
+
+def cpu_device_per_core(env=os.environ) -> int:
+  """For decoding on a CPU: XLA:CPU offers one device per core (at most MOST_CPU_DEVICES), so
+  that decoding/spread.py searches the rows of a batch on every core at once; one device
+  searches a batch's small matmuls on about one core. Call before JAX starts. Leaves XLA_FLAGS
+  as it is where it names a device count already or JAX will run on a GPU/TPU. Returns the
+  count set (0: none)."""
+  flags = env.get('XLA_FLAGS', '')
+  if CPU_DEVICE_COUNT_FLAG in flags or not will_run_on_cpu():
+    return 0
+  count = min(len(os.sched_getaffinity(0)), MOST_CPU_DEVICES)
+  if count > 1:
+    env['XLA_FLAGS'] = f'{flags} {CPU_DEVICE_COUNT_FLAG}={count}'.strip()
+  return count if count > 1 else 0
 
 
 def tune_host_allocator() -> bool:

@@ -22,7 +22,9 @@ import re
 import shutil
 import subprocess
 
-_SIMULATED = re.compile(r'--xla_force_host_platform_device_count=(\d+)')
+from attnlab.runtime.parallel import CPU_DEVICE_COUNT_FLAG
+
+_SIMULATED = re.compile(re.escape(CPU_DEVICE_COUNT_FLAG) + r'=(\d+)')
 # JAX preallocates 75% of a GPU's memory; slots sharing a GPU split that.
 _GPU_MEMORY = 0.75
 
@@ -68,7 +70,7 @@ def plan(parallel: int, env=os.environ) -> list[Slot]:
   simulated = _SIMULATED.search(flags)
   if simulated and parallel > 1:
     each = max(1, int(simulated.group(1)) // parallel)
-    own = _SIMULATED.sub(f'--xla_force_host_platform_device_count={each}', flags)
+    own = _SIMULATED.sub(f'{CPU_DEVICE_COUNT_FLAG}={each}', flags)
     return [Slot(i, {'XLA_FLAGS': own}, f'{each} simulated CPU devices')
             for i in range(parallel)]
   return [Slot(i, {}, 'the shared machine') for i in range(parallel)]

@@ -34,7 +34,7 @@ from etils import epath
 
 from attnlab import data, metrics, storage
 from attnlab.config.run import RunConfig
-from attnlab.decoding import heatmaps, search
+from attnlab.decoding import heatmaps, search, spread
 from attnlab.rundir import layout
 from attnlab.runtime import distributed, interrupt
 from attnlab.runtime.parallel import DataParallel
@@ -96,10 +96,10 @@ class Evaluator:
     self._batches: dict[str, list] = {}
     self._eval_step = parallel.compile_eval_step(
         functools.partial(steps.eval_step, apply_fn=model.apply))
-    self._decode = jax.jit(
+    self._search = spread.SpreadSearch(
         functools.partial(search.decode_batch, model, method=cfg.eval.search,
                           beam_size=cfg.eval.beam_size, length_penalty=cfg.eval.length_penalty),
-        static_argnames=('max_length',))
+        devices=parallel.local_devices)
 
   def batches(self, split: str) -> list:
     if split not in self._batches:
@@ -130,13 +130,13 @@ class Evaluator:
     rows = []
     total = sum(int(b['weight'].sum()) for b in batches) * jax.process_count()
     progress = DecodeProgress(split, total, every_s=self.progress_every_s)
-    for batch in batches:
+    searches = ((batch, batch['source'], self.max_decode_length(batch['target'].shape[1]))
+                for batch in batches)
+    for batch, out in self._search.results(self._search.replicate(params), searches):
       interrupt.check()  # decoding a large split takes minutes: stop between batches
-      out = self._decode(params, batch['source'],
-                         max_length=self.max_decode_length(batch['target'].shape[1]))
       # Each process decoded its share of the global batch (same shapes on all processes);
       # gathered in process order, every process holds the rows of the whole split.
-      batch, out = distributed.gather_rows((batch, jax.device_get(out)))
+      batch, out = distributed.gather_rows((batch, out))
       tokens, attention = np.asarray(out.tokens_BxT), np.asarray(out.attention_BxTxS)
       lengths = np.asarray(out.lengths_B)
       for b in np.flatnonzero(batch['weight']):

@@ -130,3 +130,25 @@ def test_host_allocator_tuned_only_for_cpu_runs(monkeypatch):
   assert parallel.will_run_on_cpu() is False  # a TPU plugin installed: JAX prefers the TPU
   monkeypatch.setattr(parallel.importlib.util, 'find_spec', lambda name: None)
   assert parallel.will_run_on_cpu() is True
+
+
+def test_decoding_gets_one_cpu_device_per_core_unless_told_otherwise(monkeypatch):
+  from attnlab.runtime import parallel
+
+  monkeypatch.setenv('JAX_PLATFORMS', 'cpu')
+  monkeypatch.setattr(parallel.os, 'sched_getaffinity', lambda pid: {0, 1})
+  env = {'XLA_FLAGS': '--xla_cpu_multi_thread_eigen=true'}
+  assert parallel.cpu_device_per_core(env) == 2
+  assert env['XLA_FLAGS'] == ('--xla_cpu_multi_thread_eigen=true '
+                              '--xla_force_host_platform_device_count=2')
+  assert parallel.cpu_device_per_core(env) == 0  # a count named already stays
+  monkeypatch.setattr(parallel.os, 'sched_getaffinity', lambda pid: set(range(64)))
+  env = {}
+  assert parallel.cpu_device_per_core(env) == parallel.MOST_CPU_DEVICES
+  assert env == {'XLA_FLAGS': f'--xla_force_host_platform_device_count={parallel.MOST_CPU_DEVICES}'}
+  monkeypatch.setattr(parallel.os, 'sched_getaffinity', lambda pid: {0})
+  env = {}
+  assert parallel.cpu_device_per_core(env) == 0 and env == {}  # one core: nothing to split
+  monkeypatch.setenv('JAX_PLATFORMS', 'cuda')
+  monkeypatch.setattr(parallel.os, 'sched_getaffinity', lambda pid: {0, 1})
+  assert parallel.cpu_device_per_core(env) == 0 and env == {}  # a GPU decodes: left alone
