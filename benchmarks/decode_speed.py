@@ -91,9 +91,9 @@ def main(argv=None) -> dict:
   parser.add_argument('--machine', default='', help='results file name (default: the '
                       'accelerator JAX uses, else the CPU kind)')
   args = parser.parse_args(argv)
-  parallel.cpu_device_per_core()  # as attnlab.decode does, before JAX starts
   if not layout.saved_steps(args.workdir):
     train_run(args.workdir, args.train_steps)
+  parallel.cpu_device_per_core()  # as attnlab.decode does, before JAX starts (not in training)
   run = runs.load_run(args.workdir, args.checkpoint)
   words = [example['source'] for example in load_task(run.cfg).split('test')]
   with tempfile.TemporaryDirectory() as tmp:

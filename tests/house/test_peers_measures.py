@@ -1,0 +1,149 @@
+"""benchmarks/peers' logs.py, measures.py and report.py: the log parsers read hand-written lines
+in each toolkit's documented format; WER, BLEU, the shared threshold (lower and higher is
+better), time to quality, the records' schema and the report's ratios on hand-made curves."""
+
+import json
+
+import pytest
+from support.peer_tasks import BIBLE, G2P
+
+from benchmarks.peers import logs, measures, report, tasks
+
+
+def test_log_parsers_read_each_toolkits_lines():
+  onmt = [
+    '[2024-03-20 10:00:01,000 INFO] Starting training on CPU, could be very slow',
+    '[2024-03-20 10:00:09,000 INFO] Step 20/  300; acc: 11.2; ppl: 40.1; xent: 3.7; '
+    'lr: 0.00100; sents:    1280; bsz:   10/   9/64; 610/ 540 tok/s;      9 sec;',
+    '[2024-03-20 10:00:14,000 INFO] Step 40/  300; acc: 30.5; ppl: 12.3; xent: 2.5; '
+    'lr: 0.00100; sents:    1280; bsz:   10/   9/64; 6100/5400 tok/s;     14 sec;',
+    '[2024-03-20 10:00:15,000 INFO] Validation perplexity: 10.2',
+    '[2024-03-20 10:00:20,000 INFO] Step 60/  300; acc: 41.0; ppl:  8.0; xent: 2.1; '
+    'lr: 0.00100; sents:    1280; bsz:   10/   9/64; 6500/5800 tok/s;     20 sec;',
+  ]
+  assert logs.opennmt_windows(onmt) == [(20, 540.0), (40, 5400.0), (60, 5800.0)]
+  joey = [
+    '2024-03-20 10:00:01,000 - INFO - joeynmt.training - EPOCH 1',
+    '2024-03-20 10:00:09,000 - INFO - joeynmt.training - Epoch   1, Step:       20, Batch '
+    'Loss:    35.123456, Batch Acc: 0.110000, Tokens per Sec:      480, Lr: 0.001000',
+    '2024-03-20 10:00:14,000 - INFO - joeynmt.training - Epoch   1, Step:       40, Batch '
+    'Loss:    20.000000, Batch Acc: 0.300000, Tokens per Sec:     5200, Lr: 0.001000',
+    '2024-03-20 10:00:15,000 - INFO - joeynmt.prediction - Evaluation result (greedy): '
+    'sequence_accuracy:   0.00, loss:  17.86, ppl:  10.11, acc:   0.24, 0.0000[sec]',
+  ]
+  assert logs.joey_windows(joey) == [(20, 480.0), (40, 5200.0)]
+  attnlab = [
+    json.dumps({'step': 20, 'split': 'train', 'loss': 3.0, 'tokens_per_sec': 300.0}),
+    json.dumps({'step': 20, 'split': 'eval', 'wer': 0.9}),
+    '',
+    json.dumps({'step': 40, 'split': 'train', 'loss': 2.0, 'tokens_per_sec': 7000.0}),
+  ]
+  assert logs.attnlab_windows(attnlab) == [(20, 300.0), (40, 7000.0)]
+
+
+def test_steady_rate_is_the_median_after_the_first_window():
+  assert logs.steady_rate([(1, 10.0), (2, 500.0), (3, 700.0), (4, 100.0)]) == 500.0
+  assert logs.steady_rate([(1, 10.0), (2, 500.0), (3, 700.0)]) == 600.0
+  assert logs.steady_rate([(1, 10.0)]) is None
+
+
+def test_wer_counts_a_word_right_when_it_matches_any_pronunciation():
+  refs = ['T AH M EY T OW\tT AH M AA T OW', 'K AE T', 'D AO G']
+  assert G2P.score(['T AH M AA T OW', 'K AE T', 'D AA G'], refs) == pytest.approx(100 / 3)
+  assert G2P.score(['', 'K AE T', 'D AO G'], refs) == pytest.approx(100 / 3)
+  assert G2P.text(['K AE T'], pieces=True) == ['K AE T']  # phonemes are tokens as they are
+  with pytest.raises(ValueError, match='2 output lines for 3 references'):
+    G2P.score(['K AE T', 'D AO G'], refs)
+
+
+def _curve(*points):
+  return [measures.Point(step, wall, cpu, score) for step, wall, cpu, score in points]
+
+
+def test_threshold_time_to_quality_and_records():
+  fast = _curve((100, 50, 90, 40.0), (200, 100, 180, 24.9), (300, 150, 270, 20.0))
+  slow = _curve((100, 80, 150, 45.0), (200, 160, 300, 30.04), (300, 240, 450, 31.0))
+  threshold = measures.shared_threshold(G2P, {'fast': fast, 'slow': slow})
+  assert threshold == 30.1  # slow's best WER 30.04, rounded up: both reach it
+  assert measures.first_reaching(G2P, fast, threshold).step == 200
+  assert measures.first_reaching(G2P, slow, threshold).step == 200
+  assert measures.shared_threshold(G2P, {'fast': fast, 'none': []}) is None
+  assert measures.inputs_per_s(1000, 12.0, 2.0) == 100.0
+  assert measures.inputs_per_s(1000, 2.0, 2.0) is None
+  # Higher is better for BLEU: the loosest best is the lowest, rounded down.
+  up = _curve((100, 50, 90, 10.0), (200, 100, 180, 22.36), (300, 150, 270, 21.0))
+  late = _curve((100, 80, 150, 5.0), (200, 160, 300, 18.0), (300, 240, 450, 25.0))
+  assert measures.shared_threshold(BIBLE, {'up': up, 'late': late}) == 22.3
+  assert measures.first_reaching(BIBLE, up, 22.3).step == 200
+  assert measures.first_reaching(BIBLE, late, 22.3).step == 300
+  assert measures.best(BIBLE, up).step == 200 and measures.best(G2P, up).step == 100
+
+  decodes = {
+    'greedy': {'inputs_per_s': 100.0, 'command_s': 12.0, 'test_score': 25.0},
+    'beam5': {'inputs_per_s': None, 'command_s': 20.0, 'test_score': 24.0},
+  }
+  records = measures.system_records(
+    G2P, 'fast', 'm1', points=fast, threshold=threshold, speed=5000.0, decodes=decodes
+  )
+  units = measures.measures(G2P)
+  assert all(tuple(r) == measures.RECORD_KEYS for r in records)
+  assert all(r['unit'] == units[r['measure']] and r['machine'] == 'm1' and r['task'] == 'g2p'
+             for r in records)
+  got = {r['measure']: r['value'] for r in records}
+  assert got == {
+    'train_target_tokens_per_s': 5000.0,
+    'wall_s_to_threshold': 100,
+    'cpu_s_to_threshold': 180,
+    'best_dev_wer_in_budget': 20.0,
+    'steps_in_budget': 300,
+    'decode_inputs_per_s_greedy': 100.0,
+    'decode_command_s_greedy': 12.0,
+    'test_wer_greedy': 25.0,
+    'decode_command_s_beam5': 20.0,
+    'test_wer_beam5': 24.0,
+  }
+  assert units['decode_inputs_per_s_greedy'] == 'words/s' and units['test_wer_beam5'] == '%'
+  bible_units = measures.measures(BIBLE)
+  assert bible_units['test_bleu_greedy'] == 'BLEU'
+  assert bible_units['decode_inputs_per_s_beam5'] == 'verses/s'
+  json.dumps(records)  # the results file holds them as they are
+  with pytest.raises(ValueError, match='unknown measure'):
+    measures.record(G2P, 'fast', 'speed', 1.0, 'm1')
+  for task in tasks.TASKS.values():  # every column of the report is a measure of its task
+    assert {m for m, _, _ in report.columns(task)} <= set(measures.measures(task))
+
+
+def test_report_ratios_are_attnlab_over_the_faster_peer():
+  rec = lambda system, measure, value: measures.record(G2P, system, measure, value, 'm')
+  records = [
+    rec('attnlab', 'train_target_tokens_per_s', 9000.0),
+    rec('opennmt-py', 'train_target_tokens_per_s', 6000.0),
+    rec('joeynmt', 'train_target_tokens_per_s', 4000.0),
+    rec('attnlab', 'cpu_s_to_threshold', 300.0),
+    rec('opennmt-py', 'cpu_s_to_threshold', 600.0),
+    rec('joeynmt', 'cpu_s_to_threshold', 450.0),
+  ]
+  table = report.values(records)
+  assert report.ratio(table, 'attnlab', 'train_target_tokens_per_s', False) == 1.5
+  assert report.ratio(table, 'attnlab', 'cpu_s_to_threshold', True) == 1.5  # 450 s over 300 s
+  assert report.ratio(table, 'attnlab', 'decode_inputs_per_s_greedy', False) is None
+  result = {
+    'records': records,
+    'machine': 'm',
+    'command': 'python -m benchmarks.peers',
+    'wall_s': 600,
+    'versions': {'jax': '0.10', 'OpenNMT-py': '3.5.1', 'joeynmt': '2.3.0', 'torch': '2.13.0'},
+    'cpu_count': 2,
+    'load_at_start': 0.1,
+    'cpu_budget_s': 1800,
+    'every': 1000,
+    'threshold': 30.1,
+    'threshold_from': 'the loosest best',
+  }
+  text = report.markdown(G2P, result)
+  assert '| attnlab | 9,000 | - | - | - | 300 |' in text
+  assert '| joeynmt | 4,000 |' in text and 'training tok/s 1.50' in text
+  assert 'CPU time to threshold 1.50' in text and 'dev WER 30.1%' in text
+  assert 'greedy words/s' in text and 'CMUdict G2P' in text
+  bible = report.markdown(BIBLE, {**result, 'threshold': 22.3})
+  assert 'dev BLEU 22.3' in bible and 'greedy verses/s' in bible and 'test BLEU beam 5' in bible
