@@ -5,7 +5,8 @@
     python -m benchmarks.peers --quick        # every stage for a few steps (smoke; writes nothing)
 
 One run measures every system (attnlab with batches of 64 sources, attnlab with its token
-batching, OpenNMT-py, Joey NMT) on one task (tasks.py) on the same machine, one after another:
+batching in float32 and with bfloat16 matmuls, OpenNMT-py, Joey NMT) on one task (tasks.py) on
+the same machine, one after another:
 
 1. installs the peers into their own venv (environment.py; once) and exports attnlab's split of
    the task as their files (export.py);

@@ -178,9 +178,10 @@ def joey_config(
   }
 
 
-def attnlab_flags(task, plan: Plan, batching: str) -> list[str]:
+def attnlab_flags(task, plan: Plan, batching: str, dtype: str = 'float32') -> list[str]:
   """`python -m attnlab.main`'s flags: the task's recipe at the matched network; `batching`
-  is 'examples' (64 sources a step) or 'tokens' (the task's tokens_per_batch)."""
+  is 'examples' (64 sources a step) or 'tokens' (the task's tokens_per_batch); `dtype` is
+  model.dtype (float32 as the peers compute; bfloat16_matmuls as torch.autocast would)."""
   if batching == 'examples':
     data = ['--config.data.batching=examples', f'--config.data.global_batch_size={BATCH_SOURCES}']
   elif batching == 'tokens':
@@ -192,7 +193,7 @@ def attnlab_flags(task, plan: Plan, batching: str) -> list[str]:
     f'--config={task.config}',
     *data,
     '--config.model.encoder_layers=1',
-    '--config.model.dtype=float32',
+    f'--config.model.dtype={dtype}',
     f'--config.model.embed_dim={EMBED_DIM}',
     f'--config.model.hidden_size={DECODER_UNITS}',  # its encoder: H/2 units per direction
     f'--config.model.dropout={task.dropout}',

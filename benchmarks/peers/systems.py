@@ -138,9 +138,10 @@ class Joey:
 class Attnlab:
   input_kind = export.INPUT
 
-  def __init__(self, task, batching: str, data: str, run: str, plan: recipes.Plan):
-    self.task, self.batching, self.data, self.run, self.plan = task, batching, data, run, plan
-    self.name = 'attnlab' if batching == 'examples' else f'attnlab-{batching}'
+  def __init__(self, name: str, task, batching: str, data: str, run: str, plan: recipes.Plan,
+               dtype: str = 'float32'):
+    self.name, self.task, self.batching, self.dtype = name, task, batching, dtype
+    self.data, self.run, self.plan = data, run, plan
     self.env = dict(os.environ, JAX_PLATFORMS='cpu')  # where the peers run
     self.workdir = os.path.join(run, 'workdir')
 
@@ -153,7 +154,7 @@ class Attnlab:
       '-m',
       'attnlab.main',
       f'--workdir={self.workdir}',
-      *recipes.attnlab_flags(self.task, self.plan, self.batching),
+      *recipes.attnlab_flags(self.task, self.plan, self.batching, self.dtype),
     ]
 
   def checkpoint_steps(self) -> list[int]:
@@ -178,17 +179,23 @@ class Attnlab:
     ]
 
 
-SYSTEM_NAMES = ('attnlab', 'attnlab-tokens', 'opennmt-py', 'joeynmt')
+# attnlab's rows: (batching, model.dtype). attnlab-tokens-bf16 rounds the matmuls' operands to
+# bfloat16 and sums in float32 (CPUs with avx512_bf16 or AMX run those natively).
+ATTNLAB_ROWS = {
+  'attnlab': ('examples', 'float32'),
+  'attnlab-tokens': ('tokens', 'float32'),
+  'attnlab-tokens-bf16': ('tokens', 'bfloat16_matmuls'),
+}
+SYSTEM_NAMES = (*ATTNLAB_ROWS, 'opennmt-py', 'joeynmt')
 
 
 def build(name: str, task, venv_dir: str, data: str, runs: str, plan: recipes.Plan):
   """The system called `name` (SYSTEM_NAMES) on `task` (tasks.PeerTask), its run folder
   runs/NAME."""
   run = os.path.join(runs, name)
-  if name == 'attnlab':
-    return Attnlab(task, 'examples', data, run, plan)
-  if name == 'attnlab-tokens':
-    return Attnlab(task, 'tokens', data, run, plan)
+  if name in ATTNLAB_ROWS:
+    batching, dtype = ATTNLAB_ROWS[name]
+    return Attnlab(name, task, batching, data, run, plan, dtype)
   if name == 'opennmt-py':
     return OpenNMT(task, venv_dir, data, run, plan)
   if name == 'joeynmt':

@@ -7,7 +7,7 @@ from support.config_builders import parse_command_line
 from support.peer_tasks import BIBLE, G2P, PLAN
 
 from attnlab.config import run as run_config
-from benchmarks.peers import recipes
+from benchmarks.peers import recipes, systems
 
 
 def _yaml_round_trip(config: dict) -> dict:
@@ -92,6 +92,9 @@ def test_attnlab_flags_build_the_matched_network(batching):
     assert cfg.data.global_batch_size == 64
   else:
     assert cfg.data.tokens_per_batch == 640
+  mixed = run_config.parse(parse_command_line(
+    recipes.attnlab_flags(G2P, PLAN, batching, 'bfloat16_matmuls')))
+  assert mixed.model.dtype == 'bfloat16_matmuls' and mixed.model.hidden_size == 256
   bible = run_config.parse(parse_command_line(recipes.attnlab_flags(BIBLE, PLAN, batching)))
   sizes = (bible.model.hidden_size, bible.model.embed_dim, bible.model.encoder_layers)
   assert sizes == (256, 128, 1)
@@ -99,3 +102,17 @@ def test_attnlab_flags_build_the_matched_network(batching):
   assert bible.task.name == 'bible' and bible.data.max_source_length == 96
   if batching == 'tokens':
     assert bible.data.tokens_per_batch == 2624
+
+
+def test_every_attnlab_row_trains_its_batching_and_dtype(tmp_path):
+  rows = {}
+  for name in systems.SYSTEM_NAMES:
+    system = systems.build(name, G2P, str(tmp_path / 'venv'), str(tmp_path), str(tmp_path), PLAN)
+    assert system.name == name and system.run == str(tmp_path / name)
+    if name in systems.ATTNLAB_ROWS:
+      cfg = run_config.parse(parse_command_line(system.train_command()[3:]))
+      rows[name] = (cfg.data.batching, cfg.model.dtype)
+  assert rows == {'attnlab': ('examples', 'float32'), 'attnlab-tokens': ('tokens', 'float32'),
+                  'attnlab-tokens-bf16': ('tokens', 'bfloat16_matmuls')}
+  with pytest.raises(ValueError, match='unknown system'):
+    systems.build('attnlab-fp8', G2P, '', '', str(tmp_path), PLAN)
