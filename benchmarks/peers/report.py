@@ -53,6 +53,13 @@ def ratio(table: dict, system: str, measure: str, lower_is_better: bool) -> floa
   return min(peers) / ours if lower_is_better else ours / max(peers)
 
 
+def _peer_versions(v: dict) -> str:
+  """'; OpenNMT-py X and Joey NMT Y with torch Z', naming only the peers that ran."""
+  peers = [f'{label} {v[key]}' for label, key in (('OpenNMT-py', 'OpenNMT-py'),
+                                                   ('Joey NMT', 'joeynmt')) if v.get(key)]
+  return f'; {" and ".join(peers)} with torch {v["torch"]}' if peers else ''
+
+
 def markdown(task, result: dict) -> str:
   table = values(result['records'])
   v = result['versions']
@@ -61,8 +68,8 @@ def markdown(task, result: dict) -> str:
   lines = [
     f'# attnlab beside its peers: {task.label}, {result["machine"]}\n\n',
     f'Command: `{result["command"]}` ({result["wall_s"] / 60:.0f} min; attnlab with jax '
-    f'{v["jax"]}; OpenNMT-py {v["OpenNMT-py"]} and Joey NMT {v["joeynmt"]} with torch '
-    f'{v["torch"]}; {result["cpu_count"]} CPU cores, load average {result["load_at_start"]} '
+    f'{v["jax"]}{_peer_versions(v)}; {result["cpu_count"]} CPU cores, load average '
+    f'{result["load_at_start"]} '
     f'at start). {task.label}, the matched network of benchmarks/peers/recipes.py; budget '
     f'{result["cpu_budget_s"] / 60:.0f} CPU-minutes a system, a checkpoint every '
     f'{result["every"]} steps; threshold = dev {threshold} ({result["threshold_from"]}).\n\n',

@@ -145,5 +145,8 @@ def test_report_ratios_are_attnlab_over_the_faster_peer():
   assert '| joeynmt | 4,000 |' in text and 'training tok/s 1.50' in text
   assert 'CPU time to threshold 1.50' in text and 'dev WER 30.1%' in text
   assert 'greedy words/s' in text and 'CMUdict G2P' in text
+  assert 'jax 0.10; OpenNMT-py 3.5.1 and Joey NMT 2.3.0 with torch 2.13.0; 2 CPU cores' in text
+  alone = {**result['versions'], 'OpenNMT-py': None, 'joeynmt': None, 'torch': None}
+  assert 'jax 0.10; 2 CPU cores' in report.markdown(G2P, {**result, 'versions': alone})
   bible = report.markdown(BIBLE, {**result, 'threshold': 22.3})
   assert 'dev BLEU 22.3' in bible and 'greedy verses/s' in bible and 'test BLEU beam 5' in bible
