@@ -20,8 +20,9 @@ the same machine, one after another:
    and on one source for its start-up; the first pass is scored.
 
 Writes benchmarks/results/peers_<task>_<machine>.json (one record per system and measure) and
-.md (the table benchmarks/README.md quotes). Run it on an otherwise idle machine: every figure
-is a time.
+.md (the table benchmarks/README.md quotes); a run of some of the systems, or with another
+budget, writes under a name of its own (`results_name`). Run it on an otherwise idle machine:
+every figure is a time.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from benchmarks.peers import (
 )
 
 RESULTS_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), 'results')
+DEFAULT_BUDGET_MIN = 30.0  # CPU-minutes of training a system
 FULL = {'max_steps': 24_000, 'log_every': 100, 'limits': None}  # checkpoints: the task's `every`
 # A few steps of every stage on a slice of the data: the pipeline end to end in minutes.
 QUICK = {
@@ -74,8 +76,8 @@ def _parser() -> argparse.ArgumentParser:
   p.add_argument(
     '--cpu_budget_min',
     type=float,
-    default=30.0,
-    help='CPU-minutes each system may train (default 30)',
+    default=DEFAULT_BUDGET_MIN,
+    help=f'CPU-minutes each system may train (default {DEFAULT_BUDGET_MIN:g})',
   )
   p.add_argument(
     '--threshold',
@@ -174,6 +176,17 @@ def _export(task, folder: str, limits) -> dict[str, int]:
   return counts
 
 
+def results_name(task: str, machine: str, names: list[str], budget_min: float) -> str:
+  """peers_<task>_<machine>, the whole comparison; a run of some systems or another budget
+  gets its own name (+systems, -<N>cpumin), so it never replaces the whole comparison."""
+  name = f'peers_{task}_{machine}'
+  if sorted(names) != sorted(systems.SYSTEM_NAMES):
+    name += '+' + '+'.join(names)
+  if budget_min != DEFAULT_BUDGET_MIN:
+    name += f'-{budget_min:g}cpumin'
+  return name
+
+
 def main(argv=None) -> dict:
   parser = _parser()
   args = parser.parse_args(argv)
@@ -234,7 +247,8 @@ def main(argv=None) -> dict:
     + (f' --task={task.name}' if task.name != parser.get_default('task') else '')
     + (' --quick' if args.quick else '')
     + (f' --systems={args.systems}' if args.systems != parser.get_default('systems') else '')
-    + (f' --cpu_budget_min={args.cpu_budget_min:g}' if args.cpu_budget_min != 30 else ''),
+    + (f' --cpu_budget_min={args.cpu_budget_min:g}'
+       if args.cpu_budget_min != DEFAULT_BUDGET_MIN else ''),
     'task': task.name,
     'machine': machine,
     'cpu': cpu_model_name(),
@@ -270,7 +284,7 @@ def main(argv=None) -> dict:
   print(text)
   out = args.out or ('' if args.quick else RESULTS_DIR)
   if out:
-    stem = os.path.join(out, f'peers_{task.name}_{machine}')
+    stem = os.path.join(out, results_name(task.name, machine, names, args.cpu_budget_min))
     measure.write_result(stem, result, text)
     print(f'wrote {stem}.json and {stem}.md')
   return result

@@ -71,3 +71,11 @@ def test_pins_name_one_version_of_each_part():
   source = open(environment.JOEY_MAIN).read()
   assert 'attnlab' not in source.split('"""')[-1] and 'run_module' in source
   subprocess.run([sys.executable, '-m', 'py_compile', environment.JOEY_MAIN], check=True)
+
+
+def test_a_partial_run_never_takes_the_whole_comparisons_name():
+  every = list(peers_main.systems.SYSTEM_NAMES)
+  assert peers_main.results_name('g2p', 'm', every[::-1], 30) == 'peers_g2p_m'
+  assert (peers_main.results_name('g2p', 'm', ['attnlab-tokens', 'opennmt-py'], 30)
+          == 'peers_g2p_m+attnlab-tokens+opennmt-py')
+  assert peers_main.results_name('bible', 'm', every, 10) == 'peers_bible_m-10cpumin'
