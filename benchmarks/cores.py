@@ -28,13 +28,14 @@ import sys
 import tempfile
 import time
 
+from attnlab.runtime.parallel import CPU_DEVICE_COUNT_FLAG
 from benchmarks.peers import logs, recipes, tasks
 
 # name -> (XLA_FLAGS, devices)
 SETTINGS = {
   'threads': ('', 1),
-  'devices': ('--xla_force_host_platform_device_count={n} --xla_cpu_multi_thread_eigen=false', 0),
-  'both': ('--xla_force_host_platform_device_count={n}', 0),
+  'devices': (f'{CPU_DEVICE_COUNT_FLAG}={{n}} --xla_cpu_multi_thread_eigen=false', 0),
+  'both': (f'{CPU_DEVICE_COUNT_FLAG}={{n}}', 0),
 }
 
 

@@ -5,9 +5,7 @@ the process's local devices: each device searches its slice of the rows in its o
 (no collective: a device whose rows finish early stops early), one compilation per padded shape
 whatever the number of devices. `results` keeps up to `AHEAD` batches dispatched before it
 fetches the oldest: JAX returns from a call before the devices finish it, so the host
-turns one batch's tokens into text while the devices search the next ones. A loop that fetched
-each batch at once left the devices idle during that host work and, on a CPU, ran one batch at a
-time.
+turns one batch's tokens into text while the devices search the next ones instead of idling.
 
 Used by `attnlab.decode` / `load_run` (inference.Decoder) and by training's evaluation.
 """

@@ -10,8 +10,8 @@ network home) could hand an AVX-512 program to an AVX2 machine: each CPU model a
 gets a subfolder of its own.
 
 JAX keeps only programs that took at least 1 s to compile; a command's small programs (a
-decode's search for each padded shape) then compile again in every process, about a second of
-each `attnlab.decode` start (a G2P model on one word: 4.1 s -> 3.1 s), so attnlab keeps them all.
+decode's search for each padded shape) would then compile again in every process, about a second
+of each `attnlab.decode` start, so attnlab keeps them all.
 
 JAX_COMPILATION_CACHE_DIR (JAX's own variable) chooses another folder; set it empty to turn the
 cache off. JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS sets JAX's threshold instead of 0.

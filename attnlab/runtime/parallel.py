@@ -28,7 +28,7 @@ from attnlab.config.run import PARALLEL_MODES
 
 AXIS = 'data'
 CPU_DEVICE_COUNT_FLAG = '--xla_force_host_platform_device_count'  # XLA:CPU's devices in a process
-MOST_CPU_DEVICES = 8
+MOST_CPU_DEVICES = 8  # a decode batch of 64 rows still gives each device 8
 
 # glibc mallopt parameters (malloc.h).
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_ARENA_MAX = -1, -3, -8
