@@ -17,10 +17,12 @@ import sys
 import yaml
 
 from attnlab.rundir import layout
+from attnlab.runtime import compilation_cache
 from benchmarks.peers import environment, export, logs, recipes
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TRAIN_LOG = 'train.out'  # each system's console output, in its run folder
+COMPILATION_CACHE = 'xla-cache'  # an attnlab row's compiled programs, in its run folder
 
 
 def _steps(folder: str, pattern: re.Pattern) -> list[int]:
@@ -142,7 +144,11 @@ class Attnlab:
                dtype: str = 'float32'):
     self.name, self.task, self.batching, self.dtype = name, task, batching, dtype
     self.data, self.run, self.plan = data, run, plan
-    self.env = dict(os.environ, JAX_PLATFORMS='cpu')  # where the peers run
+    # An XLA compilation cache of the row's own, emptied with its run folder before training:
+    # its training compiles as a first run on the machine does (the peers compile nothing), and
+    # its decodes find what training left there, as a user's do.
+    self.env = dict(os.environ, JAX_PLATFORMS='cpu',  # where the peers run
+                    **{compilation_cache.ENV: os.path.join(run, COMPILATION_CACHE)})
     self.workdir = os.path.join(run, 'workdir')
 
   def prepare(self) -> None:

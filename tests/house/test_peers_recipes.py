@@ -1,12 +1,15 @@
 """benchmarks/peers/recipes.py: the YAML configs parse back to the matched network as each
 toolkit reads its keys; attnlab's overrides build a valid config of the same sizes."""
 
+import os
+
 import pytest
 import yaml
 from support.config_builders import parse_command_line
 from support.peer_tasks import BIBLE, G2P, PLAN
 
 from attnlab.config import run as run_config
+from attnlab.runtime import compilation_cache
 from benchmarks.peers import recipes, systems
 
 
@@ -112,6 +115,9 @@ def test_every_attnlab_row_trains_its_batching_and_dtype(tmp_path):
     if name in systems.ATTNLAB_ROWS:
       cfg = run_config.parse(parse_command_line(system.train_command()[3:]))
       rows[name] = (cfg.data.batching, cfg.model.dtype)
+      # Compiles as a first run does: a cache inside the run folder that training starts without.
+      cache = system.env[compilation_cache.ENV]
+      assert os.path.dirname(cache) == system.run and cache != compilation_cache.default_dir()
   assert rows == {'attnlab': ('examples', 'float32'), 'attnlab-tokens': ('tokens', 'float32'),
                   'attnlab-tokens-bf16': ('tokens', 'bfloat16_matmuls')}
   with pytest.raises(ValueError, match='unknown system'):
