@@ -5,6 +5,7 @@ import importlib
 import os
 import string
 
+import numpy as np
 import pytest
 
 from attnlab.config import run as config_lib
@@ -157,6 +158,13 @@ def test_vocab_ids_and_char_round_trip():
   assert vocab.tokens([4, 5, PAD_ID]) == ['a', 'b']
   with pytest.raises(ValueError, match='outside'):
     vocab.decode([7])
+  # A search's rows arrive as NumPy ints; what follows EOS (or PAD, for labels) is not read.
+  row = np.array([6, 4, EOS_ID, 99, -1], np.int32)
+  assert vocab.decode(row) == 'ca' and vocab.tokens(row) == ['c', 'a', '<eos>']
+  assert vocab.tokens([4, PAD_ID, 99]) == ['a']
+  for bad in ([4, -1, EOS_ID], [4, 7]):
+    with pytest.raises(ValueError, match=f'id {bad[1]} is outside this vocabulary'):
+      vocab.tokens(bad)
 
 
 def test_vocab_word_mode():
