@@ -68,9 +68,10 @@ check: $(TEST_STAMP)
 # ABLATION_WORKERS sweep processes go through the list side by side, each claiming the next
 # trial no other holds (attnlab/sweeps/claims.py): one that finds its experiment all claimed
 # goes on to the next while the other finishes, so no core idles at an experiment's end.
+# dtype comes first: the bfloat16 default on CPUs that have fast bfloat16 waits on its verdict.
 # Sized for 2 CPU cores, one single-threaded trial per core; on an accelerator:
 # make ablations ABLATION_WORKERS=1 SWEEP_ENV=
-ABLATIONS ?= headlines score_timing bottleneck heads score_timing_bible local_global dtype
+ABLATIONS ?= dtype headlines score_timing bottleneck heads score_timing_bible local_global
 ABLATION_WORKERS ?= 2
 SWEEP_ENV ?= XLA_FLAGS=--xla_cpu_multi_thread_eigen=false
 SWEEP_FLAGS ?= --parallel=1

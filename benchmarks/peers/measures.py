@@ -8,13 +8,17 @@ Time to quality: each checkpoint carries the wall and CPU seconds at which it ap
 (supervise.py) and the dev score of its greedy decode of the dev split. Only checkpoints within
 the CPU budget count. The shared threshold is the loosest best: the worst of the systems' best
 dev scores, rounded to a tenth of a point towards worse, so every system reaches it; a system's
-time to quality is the stamp of its first checkpoint at or beyond it.
+time to quality is the stamp of its first checkpoint at or beyond it. Taken apart (`Apart`),
+it is the steps that system needed times its steady CPU time a step, plus what is left: start-up,
+compilation and anything else the first steps cost.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
+import statistics
 
 RECORD_KEYS = ('task', 'system', 'measure', 'value', 'unit', 'machine')
 SEARCHES = {'greedy': 1, 'beam5': 5}  # name in the measures -> beam size
@@ -70,6 +74,33 @@ def shared_threshold(task, curves: dict[str, list[Point]]) -> float | None:
 
 def first_reaching(task, points: list[Point], threshold: float) -> Point | None:
   return next((p for p in points if not _better(task, threshold, p.score)), None)
+
+
+def cpu_s_per_step(points: list[Point]) -> float | None:
+  """Steady CPU seconds a step: the median over the intervals between consecutive checkpoints
+  (each holds its share of validating and saving; the time before the first is left out)."""
+  rates = [(b.cpu_s - a.cpu_s) / (b.step - a.step)
+           for a, b in itertools.pairwise(points) if b.step > a.step]
+  return statistics.median(rates) if rates else None
+
+
+@dataclasses.dataclass(frozen=True)
+class Apart:
+  """A system's CPU time to the threshold as steps x steady cost + the rest."""
+
+  steps: int  # of its first checkpoint at the threshold
+  cpu_s_per_1000_steps: float
+  other_cpu_s: float  # start-up, compilation, whatever else the first steps cost
+  cpu_s: float  # to the threshold
+
+
+def taken_apart(task, points: list[Point], threshold: float) -> Apart | None:
+  """None when the system did not reach the threshold or has fewer than two checkpoints."""
+  reached, per_step = first_reaching(task, points, threshold), cpu_s_per_step(points)
+  if reached is None or per_step is None:
+    return None
+  return Apart(reached.step, 1000 * per_step, reached.cpu_s - reached.step * per_step,
+               reached.cpu_s)
 
 
 def inputs_per_s(inputs: int, command_s: float, start_s: float) -> float | None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from benchmarks.peers import recipes
+from benchmarks.peers import measures, recipes
 
 PEERS = ('opennmt-py', 'joeynmt')
 
@@ -86,6 +86,7 @@ def markdown(task, result: dict) -> str:
       found = [(name, ratio(table, system, m, low)) for m, name, low in RATIOS]
       parts.append(f'{system} ' + ', '.join(f'{n} {r:.2f}' for n, r in found if r is not None))
     lines.append('; '.join(parts) + '.\n')
+  lines += _taken_apart(task, result)
   lines.append('\nSchedules: ' + '; '.join(f'{s}: {d}' for s, d in recipes.SCHEDULES.items()))
   lines.append(
     '. Training speed is the median logging window after the first; decoding rates time each '
@@ -94,6 +95,28 @@ def markdown(task, result: dict) -> str:
     'file (a peer\'s pieces detokenized as attnlab detokenizes its own).\n'
   )
   return ''.join(lines)
+
+
+def _taken_apart(task, result: dict) -> list[str]:
+  """The table of each system's CPU time to the threshold as steps x steady cost + the rest."""
+  if result['threshold'] is None:
+    return []
+  rows = []
+  for system, curve in result.get('curves', {}).items():
+    apart = measures.taken_apart(task, [measures.Point(**p) for p in curve], result['threshold'])
+    if apart:
+      rows.append(f'| {system} | {apart.steps:,} | {apart.cpu_s_per_1000_steps:,.1f} | '
+                  f'{apart.other_cpu_s:,.0f} | {apart.cpu_s:,.0f} |\n')
+  if not rows:
+    return []
+  return [
+    '\nCPU time to the threshold taken apart: the steps to the first checkpoint at it, times the '
+    'steady CPU seconds a step (the median between checkpoints, validating and saving '
+    'included), plus the rest (start-up, compilation, whatever else the first steps cost).\n\n',
+    '| system | steps to threshold | CPU s per 1,000 steps | rest, CPU s | CPU s to threshold |\n',
+    '|---|---:|---:|---:|---:|\n',
+    *rows,
+  ]
 
 
 def row_line(task, system: str, records: list[dict]) -> str:

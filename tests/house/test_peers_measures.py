@@ -150,3 +150,28 @@ def test_report_ratios_are_attnlab_over_the_faster_peer():
   assert 'jax 0.10; 2 CPU cores' in report.markdown(G2P, {**result, 'versions': alone})
   bible = report.markdown(BIBLE, {**result, 'threshold': 22.3})
   assert 'dev BLEU 22.3' in bible and 'greedy verses/s' in bible and 'test BLEU beam 5' in bible
+
+
+def test_time_to_threshold_is_taken_apart_into_steps_steady_cost_and_the_rest():
+  # CPU s at checkpoints 150, 250, 360, 460: intervals of 0.100, 0.110, 0.100 s a step, median
+  # 0.100; dev WER 38.4 first reaches 38.6 at step 4,000: 460 = 4,000 x 0.100 + 60.
+  curve = _curve((1000, 80, 150, 50.0), (2000, 130, 250, 42.0), (3000, 185, 360, 39.0),
+                 (4000, 235, 460, 38.4))
+  assert measures.cpu_s_per_step(curve) == pytest.approx(0.100)
+  apart = measures.taken_apart(G2P, curve, 38.6)
+  assert apart.steps == 4000 and apart.cpu_s == 460
+  assert apart.cpu_s_per_1000_steps == pytest.approx(100.0)
+  assert apart.other_cpu_s == pytest.approx(60.0)
+  assert measures.taken_apart(G2P, curve, 30.0) is None  # never reached
+  assert measures.taken_apart(G2P, curve[:1], 60.0) is None  # no interval to take a rate from
+  result = {
+    'records': [measures.record(G2P, 'x', 'cpu_s_to_threshold', 460.0, 'm')],
+    'machine': 'm', 'command': 'python -m benchmarks.peers', 'wall_s': 600,
+    'versions': {'jax': '0.10', 'OpenNMT-py': None, 'joeynmt': None, 'torch': None},
+    'cpu_count': 2, 'load_at_start': 0.1, 'cpu_budget_s': 1800, 'every': 1000,
+    'threshold': 38.6, 'threshold_from': 'the loosest best',
+    'curves': {'x': [vars(p) for p in curve], 'never': [vars(p) for p in curve[:2]]},
+  }
+  text = report.markdown(G2P, result)
+  assert '| x | 4,000 | 100.0 | 60 | 460 |' in text
+  assert '| never |' not in text.split('taken apart')[1]
