@@ -74,14 +74,3 @@ def _compiled_programs_do_not_pile_up():
       f'{limit:,}): compiled programs are being kept alive; XLA crashes at the limit'
     )
 
-
-def pytest_collection_modifyitems(items):
-  """Slow tests first, in their usual order, then the rest.
-
-  pytest-xdist hands tests out in this order and ends each worker with the last few it was
-  given. In alphabetical order the longest tests (runtime/, sweeps/, train/) come last, so one
-  worker would finish a minutes-long test alone while the other idles; first, they overlap the
-  hundreds of short tests instead. A module fixture shared by slow and short tests is set up
-  twice (each is cheap: the trained runs are the session's).
-  """
-  items.sort(key=lambda item: item.get_closest_marker('slow') is None)  # stable
