@@ -1,6 +1,6 @@
 """Where a benchmark workload's time goes: per-op self time from a `jax.profiler` trace, joined
-with the optimised HLO of the same program (issue 17: a target out of reach is explained by a
-profile, not by totals).
+with the optimised HLO of the same program: a target out of reach is explained by a profile,
+not by totals.
 
     python -m benchmarks.profile_ops [--workload=luong-general-feed] [--what=train|greedy|beam]
         [--calls=8] [--top=20] [--out=FILE.md]

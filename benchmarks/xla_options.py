@@ -1,4 +1,4 @@
-"""Lever 2 A/B (issue 17): XLA:CPU compile settings for one training step, side by side.
+"""XLA:CPU compile settings for one training step, side by side.
 
 Compiles the benchmark's training step (benchmarks/workloads.py; default the headline
 luong-general-feed, 16x16 batches of 64) once per setting from one lowering, then alternates
@@ -19,8 +19,8 @@ Compiler options need `jit(...).lower(...).compile(compiler_options=...)`, so th
 shard_map (jax.jit) step of attnlab.runtime.parallel.DataParallel on one device; `benchmarks.run`
 times the pmap step (the same per-device function). Environment-level knobs (XLA_FLAGS,
 ONEDNN_*, TENSORFLOW_USE_CUSTOM_CONTRACTION_KERNEL) are read once per process: compare two
-runs, each with its own baseline row. Background and results: benchmarks/OPTIMISATIONS.md
-(issue 17, lever 2).
+runs, each with its own baseline row. Results: benchmarks/OPTIMISATIONS.md (what XLA:CPU in jaxlib
+0.10.2 offers).
 """
 
 from __future__ import annotations
@@ -138,7 +138,7 @@ def fmt(x, digits=1) -> str:
 
 
 def markdown(header: dict, rows: list[dict]) -> str:
-  lines = [f'## lever 2 A/B: {header["workload"]} on {header["machine"]}', '']
+  lines = [f'## XLA:CPU settings A/B: {header["workload"]} on {header["machine"]}', '']
   lines += [f'- {k}: {v}' for k, v in header.items() if k not in ('workload', 'machine')]
   lines += [
     '',
@@ -214,7 +214,7 @@ def main(argv=None) -> int:
     'load_at_start': measure.load_average(),
     'reps x steps': f'{args.reps} x {args.steps}',
   }
-  print(f'lever 2 A/B, {header["workload"]}, {header["machine"]}', flush=True)
+  print(f'XLA:CPU settings A/B, {header["workload"]}, {header["machine"]}', flush=True)
 
   jr = jax_side.JaxRunner(workload, quick=args.quick, mode='shard_map')
   padded, _ = workloads.make_batches(

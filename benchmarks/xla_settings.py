@@ -1,5 +1,5 @@
-"""What lever 2 (issue 17) compares: XLA:CPU compile settings and dot lowerings, and the
-HLO facts that say whether a setting took effect. benchmarks/xla_options.py times them.
+"""What benchmarks/xla_options.py compares: XLA:CPU compile settings and dot lowerings, and the
+HLO facts that say whether a setting took effect.
 """
 
 from __future__ import annotations

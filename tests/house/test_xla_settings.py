@@ -1,4 +1,4 @@
-"""benchmarks/xla_settings.py and the `python -m benchmarks.xla_options` entry point (lever 2).
+"""benchmarks/xla_settings.py and the `python -m benchmarks.xla_options` entry point.
 
 Timing is the benchmark's job; these check what a setting does to a compiled dot, when a
 setting is ruled out before any compile, and that the command line lists its settings.

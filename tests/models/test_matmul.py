@@ -1,6 +1,6 @@
 """models/matmul.py: bfloat16 operands, float32 accumulation, in every matmul of every model.
 
-The rule (benchmarks/OPTIMISATIONS.md, lever 2): with `model.dtype=bfloat16` each product is
+The rule: with `model.dtype=bfloat16` each product is
 summed in float32 and rounded once, so a dot of bf16 operands equals the float32 dot of the
 same (bf16-valued) numbers, rounded to bf16. The lowered training step of each model family
 must hold no bf16 x bf16 -> bf16 dot, forward or backward: XLA:CPU has no kernel for those and

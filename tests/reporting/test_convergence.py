@@ -1,4 +1,4 @@
-"""Convergence verdicts (issue 15) from hand-built metrics.jsonl rows, and how reports show them.
+"""Convergence verdicts from hand-built metrics.jsonl rows, and how reports show them.
 
 Every movement below is worked out by hand from the rows: the best-so-far dev value (in the
 metric's direction) at the last evaluation, minus the one at the last evaluation at or before
