@@ -73,4 +73,3 @@ def _compiled_programs_do_not_pile_up():
       f'the test process holds {count:,} memory mappings (vm.max_map_count '
       f'{limit:,}): compiled programs are being kept alive; XLA crashes at the limit'
     )
-
