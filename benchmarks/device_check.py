@@ -9,8 +9,9 @@ otherwise): does attnlab train and decode correctly over all its devices, and ho
    training loss and every final parameter within `--rtol`.
 2. Decodes the eval split's first inputs with the shard_map run (attnlab.load_run) and checks
    them against what the run's own evaluation wrote (predictions_eval.jsonl).
-3. Decodes the first test inputs of each model shipped in results/ and compares them with
-   its archived predictions (reported, not a failure: those were made on a CPU).
+3. Decodes the first test inputs of each model shipped in results/ (or those `--shipped` names)
+   and compares them with its archived predictions (reported, not a failure: those were made
+   on a CPU).
 4. Runs `python -m benchmarks.run --quick` and keeps its table.
 Writes one Markdown file with the device, the command, the agreement and the timings; exits 1
 when a check fails. Sized to finish within ~8 minutes on one accelerator.
@@ -105,16 +106,19 @@ def check_decoding(workdir: str, count: int = 16, split: str = 'eval',
   return {'agree': same == len(rows), 'same': same, 'count': len(rows), 'seconds': seconds}
 
 
-def shipped_models() -> dict[str, dict]:
-  """Each model shipped in results/ (a folder with checkpoints/best, attnlab.run_report
-  --model) decoding its first test inputs on this backend, against its archived predictions
-  (made on a CPU: another backend may turn a near-tie of the beam the other way)."""
+def shipped_names() -> list[str]:
+  """The models shipped in results/: folders with checkpoints/best (attnlab.run_report --model)."""
   results = os.path.join(ROOT, 'results')
-  return {
-    name: check_decoding(os.path.join(results, name), split='test', which='best')
-    for name in sorted(os.listdir(results))
-    if os.path.isdir(layout.best_checkpoint_dir(os.path.join(results, name)))
-  }
+  return [name for name in sorted(os.listdir(results))
+          if os.path.isdir(layout.best_checkpoint_dir(os.path.join(results, name)))]
+
+
+def shipped_models(names: list[str]) -> dict[str, dict]:
+  """Each of those shipped models decoding its first test inputs on this backend, against its
+  archived predictions (made on a CPU: another backend may turn a near-tie of the beam the
+  other way)."""
+  return {name: check_decoding(os.path.join(ROOT, 'results', name), split='test', which='best')
+          for name in names}
 
 
 def quick_benchmark() -> str:
@@ -159,13 +163,22 @@ def main(argv=None) -> int:
                       help='largest relative difference of the two modes\' losses')
   parser.add_argument('--out', default=RESULTS_DIR)
   parser.add_argument('--no-benchmark', action='store_true', help='skip benchmarks.run --quick')
+  parser.add_argument('--shipped', type=lambda s: s.split(','), default=None,
+                      help='the shipped models of results/ to decode, comma-separated '
+                           '(default: all)')
   args = parser.parse_args(argv)
+  shipped_choice = shipped_names()
+  unknown = sorted(set(args.shipped or ()) - set(shipped_choice))
+  if unknown:  # before any training
+    print(f'error: --shipped={",".join(unknown)}: no shipped model of that name in results/; '
+          f'choose from {", ".join(shipped_choice)}', file=sys.stderr)
+    return 2
   command = 'python -m benchmarks.device_check ' + ' '.join(argv if argv is not None
                                                              else sys.argv[1:])
   with tempfile.TemporaryDirectory() as folder:
     modes = compare_modes(args.config, args.steps, args.rtol, folder)
     decoding = check_decoding(os.path.join(folder, 'shard_map'))
-  shipped = shipped_models()
+  shipped = shipped_models(args.shipped or shipped_choice)
   benchmark = 'skipped (--no-benchmark)' if args.no_benchmark else quick_benchmark()
   os.makedirs(args.out, exist_ok=True)
   path = os.path.join(args.out, f'device_check_{default_machine_name()}.md')

@@ -14,6 +14,9 @@ os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 _COMPILATION_CACHE = tempfile.mkdtemp(prefix='attnlab-tests-xla-cache-')
 atexit.register(shutil.rmtree, _COMPILATION_CACHE, ignore_errors=True)
 os.environ.setdefault('JAX_COMPILATION_CACHE_DIR', _COMPILATION_CACHE)
+# Every program, as attnlab's commands keep them (attnlab/runtime/compilation_cache.py): JAX's
+# default keeps only those that took a second, and a smoke model's take less.
+os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '0')
 
 import jax  # noqa: E402
 import pytest  # noqa: E402

@@ -15,6 +15,7 @@ import os
 import textwrap
 from collections.abc import Sequence
 
+import matplotlib.image
 import numpy as np
 from etils import epath
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -27,6 +28,7 @@ _INCH_PER_TOKEN = 0.16
 _MIN_PANEL_INCH = 2.5
 _FONT_SIZE = 7
 _TITLE_SIZE = _FONT_SIZE + 2
+_DPI = 120
 
 Panel = tuple[str, np.ndarray, Sequence[str], Sequence[str]]
 
@@ -55,23 +57,30 @@ def _panel_size(weights_TxS: np.ndarray) -> tuple[float, float]:
   )
 
 
-def _fit_titles(fig: Figure, titles: dict) -> None:
-  """Re-wraps each axes' title at spaces until it is no wider than its axes (measured after
-  layout), so that neighbouring panels' long variant labels ('score=general,
-  timing=bahdanau, input_feeding=False') do not run into each other."""
-  renderer = FigureCanvasAgg(fig).get_renderer()
-  for _ in range(4):  # the constrained layout moves the axes as titles grow taller
-    fig.draw(renderer)
-    changed = False
-    for ax, title in titles.items():
-      ratio = ax.title.get_window_extent(renderer).width / ax.get_window_extent(renderer).width
-      if ratio > 1.0:
-        longest = max(len(line) for line in ax.get_title().split('\n'))
-        width = max(8, int(longest / ratio) - 1)
-        ax.title.set_text('\n'.join(textwrap.fill(line, width) for line in title.split('\n')))
-        changed = True
-    if not changed:
+def _draw_fitting_titles(fig: Figure, titles: dict) -> None:
+  """Draws `fig` on its Agg canvas, re-wrapping each axes' title at spaces until it is no wider
+  than its axes (measured after layout), so that neighbouring panels' long variant labels
+  ('score=general, timing=bahdanau, input_feeding=False') do not run into each other. The
+  canvas keeps the last drawing, which `_save` writes as it is: each drawing runs the
+  constrained layout, most of a heatmap's cost."""
+  canvas = FigureCanvasAgg(fig)
+  for attempt in range(5):  # the constrained layout moves the axes as titles grow taller
+    canvas.draw()
+    if attempt == 4 or not _rewrap_titles(titles, canvas.get_renderer()):
       return
+
+
+def _rewrap_titles(titles: dict, renderer) -> bool:
+  """Re-wraps the titles wider than their axes in the last drawing; whether any changed."""
+  changed = False
+  for ax, title in titles.items():
+    ratio = ax.title.get_window_extent(renderer).width / ax.get_window_extent(renderer).width
+    if ratio > 1.0:
+      longest = max(len(line) for line in ax.get_title().split('\n'))
+      width = max(8, int(longest / ratio) - 1)
+      ax.title.set_text('\n'.join(textwrap.fill(line, width) for line in title.split('\n')))
+      changed = True
+  return changed
 
 
 def _draw(ax, title, weights_TxS, source_tokens, target_tokens, vmax):
@@ -89,14 +98,14 @@ def _draw(ax, title, weights_TxS, source_tokens, target_tokens, vmax):
 
 
 def _save(fig: Figure, path) -> None:
-  """Writes the PNG to `path`, local or a bucket's (attnlab/storage.py), its folder made."""
+  """Writes the figure as drawn on its canvas to `path`, local or a bucket's
+  (attnlab/storage.py), its folder made."""
   path = os.fspath(path)
   parent = os.path.dirname(path)
   if parent:
     storage.make_folder(parent)
-  FigureCanvasAgg(fig)
   png = io.BytesIO()
-  fig.savefig(png, format='png', dpi=120)
+  matplotlib.image.imsave(png, fig.canvas.buffer_rgba(), format='png', origin='upper', dpi=fig.dpi)
   epath.Path(path).write_bytes(png.getvalue())
 
 
@@ -116,11 +125,11 @@ def save_heatmap(
   """
   weights_TxS = _check_panel(title, weights_TxS, source_tokens, target_tokens)
   width, height = _panel_size(weights_TxS)
-  fig = Figure(figsize=(width + 0.6, height), layout='constrained')
+  fig = Figure(figsize=(width + 0.6, height), dpi=_DPI, layout='constrained')
   ax = fig.add_subplot()
   image = _draw(ax, title, weights_TxS, source_tokens, target_tokens, vmax)
   fig.colorbar(image, ax=ax, shrink=0.8, label='attention weight')
-  _fit_titles(fig, {ax: title})
+  _draw_fitting_titles(fig, {ax: title})
   _save(fig, path)
 
 
@@ -144,7 +153,7 @@ def save_heatmap_grid(
   sizes = [_panel_size(w) for _, w, _, _ in checked]
   cell_w = max(w for w, _ in sizes)
   cell_h = max(h for _, h in sizes)
-  fig = Figure(figsize=(cell_w * ncols + 0.8, cell_h * nrows), layout='constrained')
+  fig = Figure(figsize=(cell_w * ncols + 0.8, cell_h * nrows), dpi=_DPI, layout='constrained')
   axes = fig.subplots(nrows, ncols, squeeze=False)
   image = None
   for ax, (title, weights_TxS, src, tgt) in zip(axes.flat, checked, strict=False):
@@ -152,5 +161,6 @@ def save_heatmap_grid(
   for ax in list(axes.flat)[len(checked) :]:
     ax.set_axis_off()
   fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.8, label='attention weight')
-  _fit_titles(fig, {ax: title for ax, (title, *_) in zip(axes.flat, checked, strict=False)})
+  titles = {ax: title for ax, (title, *_) in zip(axes.flat, checked, strict=False)}
+  _draw_fitting_titles(fig, titles)
   _save(fig, path)

@@ -13,8 +13,9 @@ JAX keeps only programs that took at least 1 s to compile; a command's small pro
 decode's search for each padded shape) would then compile again in every process, about a second
 of each `attnlab.decode` start, so attnlab keeps them all.
 
-JAX_COMPILATION_CACHE_DIR (JAX's own variable) chooses another folder; set it empty to turn the
-cache off. JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS sets JAX's threshold instead of 0.
+JAX_COMPILATION_CACHE_DIR (JAX's own variable) chooses another folder, which keeps small programs
+too; set it empty to turn the cache off. JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS sets JAX's
+threshold instead of 0.
 """
 
 from __future__ import annotations
@@ -50,11 +51,12 @@ def enable() -> str | None:
   otherwise; returns the folder in use, or None when it is off."""
   import jax
 
-  if ENV in os.environ:  # the user's choice; JAX reads it itself
-    return os.environ[ENV] or None
-  path = default_dir()
-  jax.config.update('jax_compilation_cache_dir', path)
-  jax.config.update('jax_compilation_cache_max_size', MAX_BYTES)
-  if MIN_COMPILE_ENV not in os.environ:
+  if ENV in os.environ:  # the user's folder, or '' for none; JAX reads its variable itself
+    path = os.environ[ENV] or None
+  else:
+    path = default_dir()
+    jax.config.update('jax_compilation_cache_dir', path)
+    jax.config.update('jax_compilation_cache_max_size', MAX_BYTES)
+  if path and MIN_COMPILE_ENV not in os.environ:
     jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.0)
   return path

@@ -259,8 +259,9 @@ def test_profile_runs_on_a_real_search():
 def test_device_check_trains_both_modes_alike_and_decodes_as_the_run_did(tmp_path):
   """benchmarks/device_check.py on this machine's devices (8 simulated CPU devices here): the
   script a GPU or TPU machine runs when one is lent."""
+  # One shipped model: tests/house/test_shipped_models.py decodes every one of them.
   code = device_check.main(['--config=configs/reverse.py:smoke', '--steps=4', '--no-benchmark',
-                            f'--out={tmp_path}'])
+                            '--shipped=dates', f'--out={tmp_path}'])
   [name] = os.listdir(tmp_path)
   text = (tmp_path / name).read_text()
   assert code == 0, text
@@ -271,6 +272,14 @@ def test_device_check_trains_both_modes_alike_and_decodes_as_the_run_did(tmp_pat
     r'\| results/dates \(shipped\) decodes its test inputs as archived \| (\d+) of 16', text
   )
   assert shipped and int(shipped.group(1)) >= 15, text
+
+
+def test_device_check_refuses_an_unknown_shipped_model_before_training(tmp_path, capsys):
+  assert device_check.main(['--shipped=dates,nope', f'--out={tmp_path}']) == 2
+  assert capsys.readouterr().err == (
+    'error: --shipped=nope: no shipped model of that name in results/; choose from '
+    f'{", ".join(device_check.shipped_names())}\n')
+  assert 'dates' in device_check.shipped_names() and not os.listdir(tmp_path)
 
 
 def test_cores_settings_train_the_matched_network_on_their_devices():

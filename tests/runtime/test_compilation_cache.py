@@ -35,11 +35,15 @@ def test_the_users_variable_wins_and_empty_turns_the_cache_off(monkeypatch, tmp_
 
   updates = []
   monkeypatch.setattr(jax.config, 'update', lambda name, value: updates.append((name, value)))
+  monkeypatch.delenv('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', raising=False)  # conftest's
   monkeypatch.setenv('JAX_COMPILATION_CACHE_DIR', '')
   assert compilation_cache.enable() is None
+  assert updates == []
   monkeypatch.setenv('JAX_COMPILATION_CACHE_DIR', str(tmp_path / 'mine'))
   assert compilation_cache.enable() == str(tmp_path / 'mine')
-  assert updates == []  # JAX reads its variable itself
+  # JAX reads its variable itself; the small programs are kept in the user's folder too.
+  assert updates == [('jax_persistent_cache_min_compile_time_secs', 0.0)]
+  updates.clear()
   monkeypatch.delenv('JAX_COMPILATION_CACHE_DIR')
   monkeypatch.setenv('XDG_CACHE_HOME', str(tmp_path / 'xdg'))
   path = compilation_cache.enable()

@@ -15,6 +15,10 @@ from attnlab.train import loop as train
 from attnlab.train import selection
 from configs import base
 
+# Evaluated at every step with a scripted metric: a small eval split and no heatmaps (the tests
+# select checkpoints; they draw nothing).
+EVERY_STEP = {'train.eval_every': 1, 'task.num_eval_examples': 16, 'eval.num_heatmaps': 0}
+
 # The eval metric peaks at step 3 of 6 (then a lower local maximum at 6).
 PEAK_AT_3 = {1: 0.1, 2: 0.5, 3: 0.9, 4: 0.3, 5: 0.2, 6: 0.4}
 
@@ -127,9 +131,8 @@ def test_the_test_split_uses_the_peak_checkpoint(tmp_path, monkeypatch):
   tested = {}
   script_eval_metric(monkeypatch, PEAK_AT_3, tested)
   workdir = str(tmp_path / 'run')
-  config = smoke_config(**{'train.num_steps': 6, 'train.eval_every': 1,
-                           'train.checkpoint_every': 1, 'train.keep_checkpoints': 10,
-                           'task.num_eval_examples': 16})
+  config = smoke_config(**{'train.num_steps': 6, 'train.checkpoint_every': 1,
+                           'train.keep_checkpoints': 10, **EVERY_STEP})
   final = train.train_and_evaluate(config, workdir)
   assert list(tested) == [3]  # the test split was evaluated once, at the selected step
   _assert_same_params(tested[3], _params(workdir, 3))  # from the rolling checkpoints
@@ -157,9 +160,8 @@ def test_patience_stops_early_and_a_rerun_does_not_continue(tmp_path, monkeypatc
   tested = {}
   script_eval_metric(monkeypatch, {1: 0.1, 2: 0.5, 3: 0.4, 4: 0.3, 5: 0.9, 6: 1.0}, tested)
   workdir = str(tmp_path / 'run')
-  config = smoke_config(**{'train.num_steps': 6, 'train.eval_every': 1, 'train.log_every': 1,
-                           'train.checkpoint_every': 3, 'train.patience': 2,
-                           'task.num_eval_examples': 16})
+  config = smoke_config(**{'train.num_steps': 6, 'train.log_every': 1,
+                           'train.checkpoint_every': 3, 'train.patience': 2, **EVERY_STEP})
   train.train_and_evaluate(config, workdir)
   saved = _final(workdir)
   assert (saved['step'], saved['trained_steps']) == (2, 4)
@@ -178,8 +180,8 @@ def test_patience_stops_early_and_a_rerun_does_not_continue(tmp_path, monkeypatc
 
 @pytest.mark.slow
 def test_killed_and_resumed_selects_the_same_step(tmp_path, monkeypatch):
-  overrides = {'train.num_steps': 6, 'train.eval_every': 1, 'train.checkpoint_every': 2,
-               'train.keep_checkpoints': 10, 'task.num_eval_examples': 16}
+  overrides = {'train.num_steps': 6, 'train.checkpoint_every': 2,
+               'train.keep_checkpoints': 10, **EVERY_STEP}
   tested_full, tested_resumed = {}, {}
   script_eval_metric(monkeypatch, PEAK_AT_3, tested_full)
   full = str(tmp_path / 'full')
@@ -205,10 +207,10 @@ def test_plateau_cuts_the_learning_rate_and_a_resumed_run_keeps_the_cut(tmp_path
   # improvement halves the learning rate (after steps 3 and 4) and the third one (step 5)
   # stops the run.
   values = {1: 0.1, 2: 0.5, 3: 0.4, 4: 0.3, 5: 0.2, 6: 0.9}
-  overrides = {'train.num_steps': 6, 'train.eval_every': 1, 'train.log_every': 1,
+  overrides = {'train.num_steps': 6, 'train.log_every': 1,
                'train.checkpoint_every': 1, 'train.keep_checkpoints': 10, 'train.patience': 3,
                'optim.schedule': 'plateau', 'optim.plateau_patience': 1,
-               'optim.warmup_steps': 0, 'task.num_eval_examples': 16}
+               'optim.warmup_steps': 0, **EVERY_STEP}
   peak = smoke_config(**overrides).optim.learning_rate
 
   def learning_rates(workdir):
@@ -243,11 +245,10 @@ def test_a_cut_below_the_plateau_floor_ends_the_run_and_a_lower_floor_lets_it_go
   # step 6), gains at step 6 and stops at step 7, where x0.0625 would fall below the new floor:
   # the learning rates and parameters of a run under floor 0.125 from the start.
   values = {1: 0.1, 2: 0.5, 3: 0.4, 4: 0.3, 5: 0.2, 6: 0.9, 7: 0.8, 8: 0.9}
-  overrides = {'train.num_steps': 8, 'train.eval_every': 1, 'train.log_every': 1,
+  overrides = {'train.num_steps': 8, 'train.log_every': 1,
                'train.checkpoint_every': 1, 'train.keep_checkpoints': 10, 'train.patience': 0,
                'optim.schedule': 'plateau', 'optim.plateau_patience': 1,
-               'optim.plateau_min_scale': 0.25, 'optim.warmup_steps': 0,
-               'task.num_eval_examples': 16}
+               'optim.plateau_min_scale': 0.25, 'optim.warmup_steps': 0, **EVERY_STEP}
   lower = {**overrides, 'optim.plateau_min_scale': 0.125}
   peak = smoke_config(**overrides).optim.learning_rate
 
@@ -282,8 +283,8 @@ def test_a_run_killed_before_its_first_checkpoint_starts_again_cleanly(tmp_path,
   # eval every step, checkpoints only at the end: the killed attempt leaves best/1 and best/2
   # (pruned only by a latest save) and no latest step, so the rerun starts from step 0 and
   # must not trip over those best steps.
-  overrides = {'train.num_steps': 4, 'train.eval_every': 1, 'train.log_every': 1,
-               'train.checkpoint_every': 100, 'task.num_eval_examples': 16}
+  overrides = {'train.num_steps': 4, 'train.log_every': 1,
+               'train.checkpoint_every': 100, **EVERY_STEP}
   values = {1: 0.1, 2: 0.5, 3: 0.4, 4: 0.3}
   workdir = str(tmp_path / 'run')
   script_eval_metric(monkeypatch, values, {})
@@ -312,11 +313,10 @@ def test_holding_the_rate_at_the_floor_leaves_the_stop_to_patience(tmp_path, mon
   # same learning rates and parameters.
   values = {1: 0.1, 2: 0.5, 3: 0.4, 4: 0.3, 5: 0.2, 6: 0.9, 7: 0.8, 8: 0.7, 9: 0.6, 10: 0.5,
             11: 1.0, 12: 1.0}
-  overrides = {'train.num_steps': 12, 'train.eval_every': 1, 'train.log_every': 1,
+  overrides = {'train.num_steps': 12, 'train.log_every': 1,
                'train.checkpoint_every': 1, 'train.keep_checkpoints': 14, 'train.patience': 4,
                'optim.schedule': 'plateau', 'optim.plateau_patience': 1,
-               'optim.plateau_min_scale': 0.25, 'optim.warmup_steps': 0,
-               'task.num_eval_examples': 16}
+               'optim.plateau_min_scale': 0.25, 'optim.warmup_steps': 0, **EVERY_STEP}
   hold = {**overrides, 'optim.plateau_at_floor': 'hold'}
   peak = smoke_config(**overrides).optim.learning_rate
 
