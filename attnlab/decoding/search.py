@@ -12,7 +12,9 @@ Beam search keeps finished hypotheses in their own set, as fairseq does: each st
 2W best (origin beam, token) extensions by summed log-probability; an EOS extension among the
 top W ranks moves to the finished set with the GNMT length-penalised score
 logp / ((5 + len) / 6) ** alpha (len counts EOS); the W best extensions that do not end become
-the next alive beams, and the carry rows and attention history follow their origin beam. A
+the next alive beams, and the carry rows follow their origin beam. Attention is not copied
+along with them: each step stores its alive beams' weights and origins, and the finished
+hypotheses' histories are followed back through those origins once, after the loop. A
 batch row is done once it has finished W hypotheses; at max_length the top W extensions are
 finished as they are. With W = 1 this is exactly greedy search for every alpha (a penalty only
 compares hypotheses of different lengths), which the tests pin.
@@ -257,7 +259,7 @@ def beam_search_nbest(
     lengths_BxK=state['fin_lengths_BxW'],
     scores_BxK=state['fin_scores_BxW'],
     log_probs_BxK=state['fin_logp_BxW'],
-    attention_BxKxTxS=state['fin_attn_BxWxTxS'],
+    attention_BxKxTxS=_finished_attention(state),
   )
 
 
@@ -272,25 +274,25 @@ def _beam_start(bos_N: jax.Array, carry0: Any, *, B: int, W: int, T: int, S: int
     carry=carry0,
     alive_logp_BxW=jnp.where(beam0_BxW, 0.0, NEG_INF).astype(jnp.float32),
     alive_seqs_BxWxT=jnp.full((B, W, T), PAD_ID, jnp.int32),
-    alive_attn_BxWxTxS=jnp.zeros((B, W, T, S), jnp.float32),
+    step_attn_TxBxWxS=jnp.zeros((T, B, W, S), jnp.float32),  # step t's alive beams' weights
+    parent_TxBxW=jnp.zeros((T, B, W), jnp.int32),  # the step-t beam each step-t+1 beam extends
     fin_scores_BxW=jnp.full((B, W), NEG_INF, jnp.float32),
     fin_logp_BxW=jnp.full((B, W), NEG_INF, jnp.float32),
     fin_lengths_BxW=jnp.zeros((B, W), jnp.int32),
     fin_seqs_BxWxT=jnp.full((B, W, T), PAD_ID, jnp.int32),
-    fin_attn_BxWxTxS=jnp.zeros((B, W, T, S), jnp.float32),
+    fin_origin_BxW=jnp.zeros((B, W), jnp.int32),  # the beam of its last step
     fin_count_B=jnp.zeros((B,), jnp.int32),
   )
 
 
 class _Extensions(NamedTuple):
   """The 2W best (origin beam, token) extensions of every row, best first, with their
-  summed log-probability, token sequence and attention history."""
+  summed log-probability and token sequence."""
 
   logp_Bx2W: jax.Array
   origin_Bx2W: jax.Array
   token_Bx2W: jax.Array
   seqs_Bx2WxT: jax.Array
-  attn_Bx2WxTxS: jax.Array
 
 
 def _beam_step(state: dict, *, step_fn: StepFn, max_length: int, alpha: float, bos_id: int,
@@ -298,22 +300,29 @@ def _beam_step(state: dict, *, step_fn: StepFn, max_length: int, alpha: float, b
   """One step: every alive beam extended by every token; the extensions that end join the
   finished set, the W best of the others stay alive."""
   i = state['i']
+  B, W = state['alive_logp_BxW'].shape
   logits_NxV, attn_NxS, carry = step_fn(state['last_N'], state['carry'])
-  ext = _extend(state, logits_NxV, attn_NxS, bos_id=bos_id)
+  ext = _extend(state, logits_NxV, bos_id=bos_id)
   # Finish: EOS (or any extension at max_length) among the top W ranks of live rows.
   valid_Bx2W = ext.logp_Bx2W > NEG_INF / 2
   ends_Bx2W = valid_Bx2W & ((ext.token_Bx2W == eos_id) | (i + 1 == max_length))
   finished = _finish(state, ext, ends_Bx2W, alpha=alpha)
-  alive = _stay_alive(ext, ends_Bx2W, carry)
-  return dict(i=i + 1, **alive, **finished)
+  alive, origin_BxW = _stay_alive(ext, ends_Bx2W, carry)
+  step_attn_BxWxS = attn_NxS.astype(jnp.float32).reshape(B, W, -1)
+  return dict(
+    i=i + 1,
+    **alive,
+    **finished,
+    step_attn_TxBxWxS=state['step_attn_TxBxWxS'].at[i].set(step_attn_BxWxS),
+    parent_TxBxW=state['parent_TxBxW'].at[i].set(origin_BxW),
+  )
 
 
-def _extend(state: dict, logits_NxV: jax.Array, attn_NxS: jax.Array, *,
-            bos_id: int) -> _Extensions:
+def _extend(state: dict, logits_NxV: jax.Array, *, bos_id: int) -> _Extensions:
   """Every alive beam extended by every token; the 2W best extensions of each row."""
   i = state['i']
   B, W = state['alive_logp_BxW'].shape
-  V, S = logits_NxV.shape[-1], attn_NxS.shape[-1]
+  V = logits_NxV.shape[-1]
   if V < 2:
     raise ValueError(f'beam search needs a vocabulary of at least 2 tokens, got V={V}')
   logp_BxWxV = next_token_log_probs(logits_NxV, bos_id).reshape(B, W, V)
@@ -323,10 +332,7 @@ def _extend(state: dict, logits_NxV: jax.Array, attn_NxS: jax.Array, *,
   origin_Bx2W = (top_idx_Bx2W // V).astype(jnp.int32)
   token_Bx2W = (top_idx_Bx2W % V).astype(jnp.int32)
   seqs_Bx2WxT = _take_rows(state['alive_seqs_BxWxT'], origin_Bx2W).at[:, :, i].set(token_Bx2W)
-  step_attn_Bx2WxS = _take_rows(attn_NxS.astype(jnp.float32).reshape(B, W, S), origin_Bx2W)
-  attn_Bx2WxTxS = _take_rows(state['alive_attn_BxWxTxS'], origin_Bx2W)
-  attn_Bx2WxTxS = attn_Bx2WxTxS.at[:, :, i].set(step_attn_Bx2WxS)
-  return _Extensions(top_logp_Bx2W, origin_Bx2W, token_Bx2W, seqs_Bx2WxT, attn_Bx2WxTxS)
+  return _Extensions(top_logp_Bx2W, origin_Bx2W, token_Bx2W, seqs_Bx2WxT)
 
 
 def _finish(state: dict, ext: _Extensions, ends_Bx2W: jax.Array, *, alpha: float) -> dict:
@@ -349,24 +355,44 @@ def _finish(state: dict, ext: _Extensions, ends_Bx2W: jax.Array, *, alpha: float
     fin_logp_BxW=pool(state['fin_logp_BxW'], ext.logp_Bx2W),
     fin_lengths_BxW=pool(state['fin_lengths_BxW'], new_lengths_Bx2W),
     fin_seqs_BxWxT=pool(state['fin_seqs_BxWxT'], ext.seqs_Bx2WxT),
-    fin_attn_BxWxTxS=pool(state['fin_attn_BxWxTxS'], ext.attn_Bx2WxTxS),
+    fin_origin_BxW=pool(state['fin_origin_BxW'], ext.origin_Bx2W),
     fin_count_B=state['fin_count_B'] + jnp.sum(finish_BxW, axis=1, dtype=jnp.int32),
   )
 
 
-def _stay_alive(ext: _Extensions, ends_Bx2W: jax.Array, carry: Any) -> dict:
-  """The next alive beams: the W best extensions that did not end, with their origin's carry."""
+def _stay_alive(ext: _Extensions, ends_Bx2W: jax.Array, carry: Any) -> tuple[dict, jax.Array]:
+  """The next alive beams: the W best extensions that did not end, with their origin's carry;
+  and those origins (the beams they extend)."""
   B, W = ends_Bx2W.shape[0], ends_Bx2W.shape[1] // 2
   alive_scores_Bx2W = jnp.where(ends_Bx2W, NEG_INF, ext.logp_Bx2W)
   alive_logp_BxW, sel_BxW = top_k(alive_scores_Bx2W, W)
   alive_origin_BxW = _take_rows(ext.origin_Bx2W, sel_BxW)
-  return dict(
+  alive = dict(
     last_N=_take_rows(ext.token_Bx2W, sel_BxW).reshape(B * W),
     carry=_gather_carry(carry, alive_origin_BxW, W),
     alive_logp_BxW=alive_logp_BxW,
     alive_seqs_BxWxT=_take_rows(ext.seqs_Bx2WxT, sel_BxW),
-    alive_attn_BxWxTxS=_take_rows(ext.attn_Bx2WxTxS, sel_BxW),
   )
+  return alive, alive_origin_BxW
+
+
+def _finished_attention(state: dict) -> jax.Array:
+  """Every finished hypothesis's attention, B x W x T x S: at each step t before its end, the
+  weights of the beam it descends from at t, found by following the stored origins back from
+  the beam of its last step; zero from its end on."""
+  step_attn_TxBxWxS, parent_TxBxW = state['step_attn_TxBxWxS'], state['parent_TxBxW']
+  last_BxW = state['fin_lengths_BxW'] - 1  # -1 for an empty slot: zero throughout
+  origin_BxW = state['fin_origin_BxW']
+
+  def back(beam_next_BxW, t):
+    from_next_BxW = jnp.take_along_axis(parent_TxBxW[t], beam_next_BxW, axis=1)
+    beam_BxW = jnp.where(t == last_BxW, origin_BxW, from_next_BxW)
+    attn_BxWxS = _take_rows(step_attn_TxBxWxS[t], beam_BxW)
+    return beam_BxW, jnp.where((t <= last_BxW)[..., None], attn_BxWxS, 0.0)
+
+  T = step_attn_TxBxWxS.shape[0]
+  _, attn_TxBxWxS = lax.scan(back, jnp.zeros_like(origin_BxW), jnp.arange(T), reverse=True)
+  return attn_TxBxWxS.transpose(1, 2, 0, 3)
 
 
 def search_batch(model, params, src_BxS, *, method: str, beam_size: int, max_length: int,
