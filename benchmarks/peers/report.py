@@ -87,6 +87,7 @@ def markdown(task, result: dict) -> str:
       parts.append(f'{system} ' + ', '.join(f'{n} {r:.2f}' for n, r in found if r is not None))
     lines.append('; '.join(parts) + '.\n')
   lines += _taken_apart(task, result)
+  lines += _to_best_peer(task, result)
   lines.append('\nSchedules: ' + '; '.join(f'{s}: {d}' for s, d in recipes.SCHEDULES.items()))
   lines.append(
     '. Training speed is the median logging window after the first; decoding rates time each '
@@ -115,6 +116,31 @@ def _taken_apart(task, result: dict) -> list[str]:
     'included), plus the rest (start-up, compilation, whatever else the first steps cost).\n\n',
     '| system | steps to threshold | CPU s per 1,000 steps | rest, CPU s | CPU s to threshold |\n',
     '|---|---:|---:|---:|---:|\n',
+    *rows,
+  ]
+
+
+def _to_best_peer(task, result: dict) -> list[str]:
+  """Each system's CPU time to the best dev score a peer reached in the budget: the stricter
+  point where the shared threshold is the score of a system that barely learnt."""
+  curves = {s: [measures.Point(**p) for p in c] for s, c in result.get('curves', {}).items()}
+  bests = {p: measures.best(task, curves[p]) for p in PEERS if curves.get(p)}
+  bests = {p: b for p, b in bests.items() if b is not None}
+  if not bests or all(s in PEERS for s in curves):
+    return []
+  peer = min(bests, key=lambda p: bests[p].score if task.lower_is_better else -bests[p].score)
+  target, peer_cpu_s = bests[peer].score, bests[peer].cpu_s
+  rows = []
+  for system, points in curves.items():
+    reached = measures.first_reaching(task, points, target)
+    cells = ((f'{reached.step:,}', f'{reached.cpu_s:,.0f}', f'{reached.cpu_s / peer_cpu_s:.2f}')
+             if reached else ('never', '-', '-'))
+    rows.append(f'| {system} | ' + ' | '.join(cells) + ' |\n')
+  return [
+    f'\nCPU time to {peer}\'s best dev score in the budget, {task.shown(round(target, 2))}: '
+    'the first checkpoint at or beyond it, and its CPU time over that peer\'s (< 1: sooner).\n\n',
+    '| system | step | CPU s | x ' + peer + ' |\n',
+    '|---|---:|---:|---:|\n',
     *rows,
   ]
 

@@ -175,3 +175,39 @@ def test_time_to_threshold_is_taken_apart_into_steps_steady_cost_and_the_rest():
   text = report.markdown(G2P, result)
   assert '| x | 4,000 | 100.0 | 60 | 460 |' in text
   assert '| never |' not in text.split('taken apart')[1]
+
+
+def test_report_times_every_system_to_the_best_peer_score():
+  # The shared threshold is Joey NMT's 0.72 BLEU; the stricter point is OpenNMT-py's best, 8.82
+  # BLEU at 1,400 CPU s. attnlab first reaches it at its step-1,000 checkpoint (15.5 >= 8.82),
+  # 700 CPU s: 0.50 of OpenNMT-py's; Joey NMT never does.
+  curves = {
+    'attnlab': _curve((500, 300, 490, 2.0), (1000, 450, 700, 15.5), (1500, 600, 1000, 19.0)),
+    'opennmt-py': _curve((500, 250, 480, 1.5), (1000, 500, 960, 4.3), (1500, 720, 1400, 8.82)),
+    'joeynmt': _curve((500, 570, 1120, 0.72)),
+  }
+  result = {
+    'records': [], 'machine': 'm', 'command': 'python -m benchmarks.peers --task=bible',
+    'wall_s': 600, 'versions': {'jax': '0.10', 'OpenNMT-py': '3.5.1', 'joeynmt': '2.3.0',
+                                'torch': '2.13.0'},
+    'cpu_count': 2, 'load_at_start': 0.1, 'cpu_budget_s': 1800, 'every': 500,
+    'threshold': 0.7, 'threshold_from': 'the loosest best',
+    'curves': {s: [vars(p) for p in c] for s, c in curves.items()},
+  }
+  text = report.markdown(BIBLE, result)
+  assert "CPU time to opennmt-py's best dev score in the budget, BLEU 8.82" in text
+  assert '| attnlab | 1,000 | 700 | 0.50 |' in text
+  assert '| opennmt-py | 1,500 | 1,400 | 1.00 |' in text
+  assert '| joeynmt | never | - | - |' in text
+  # G2P: lower is better, so the best peer is the one with the lowest WER.
+  g2p = {**result, 'threshold': 40.0, 'curves': {
+    'attnlab': [vars(p) for p in _curve((1000, 50, 100, 35.0), (2000, 100, 200, 30.0))],
+    'opennmt-py': [vars(p) for p in _curve((1000, 60, 120, 38.0), (2000, 120, 400, 31.0))],
+    'joeynmt': [vars(p) for p in _curve((1000, 60, 120, 39.0))],
+  }}
+  g2p_text = report.markdown(G2P, g2p)
+  assert "opennmt-py's best dev score in the budget, WER 31%" in g2p_text
+  assert '| attnlab | 2,000 | 200 | 0.50 |' in g2p_text
+  # Without a peer's curve there is nothing to time against.
+  alone = {**result, 'curves': {'attnlab': result['curves']['attnlab']}}
+  assert 'best dev score in the budget' not in report.markdown(BIBLE, alone)
