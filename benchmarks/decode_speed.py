@@ -9,8 +9,9 @@ bucketed by length and each padded shape is compiled once. Each setting decodes 
 twice: the first pass includes compilation, the second is the steady state (words/s);
 `compile_s` is their difference and `compilations` the number of traced shapes. The whole
 command (`python -m attnlab.decode --input=words.txt`, start-up and compilation included) is
-timed once per setting too. Without --workdir a default-size G2P model (configs/g2p.py) is
-trained for --train_steps steps into runs/bench-g2p (reused when it exists):
+timed once per setting too. --workdir takes a run with a checkpoint (a shipped one keeps only
+its best: results/g2p); without --workdir a default-size G2P model (configs/g2p.py) is trained
+for --train_steps steps into runs/bench-g2p (reused when it exists):
 throughput depends on output lengths, so the model must have learnt where words end.
 
 Writes benchmarks/results/decode_<machine>.json and .md.
@@ -36,6 +37,7 @@ from benchmarks import measure
 
 RESULTS_DIR = os.path.join(os.path.dirname(__file__), 'results')
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_WORKDIR = os.path.join(REPO, 'runs', 'bench-g2p')  # trained here when it has no checkpoint
 SETTINGS = (('greedy', {'search': 'greedy'}), ('beam5', {'search': 'beam', 'beam_size': 5}))
 
 
@@ -84,14 +86,18 @@ def markdown(result: dict) -> str:
 
 def main(argv=None) -> dict:
   parser = argparse.ArgumentParser(prog='python -m benchmarks.decode_speed')
-  parser.add_argument('--workdir', default=os.path.join(REPO, 'runs', 'bench-g2p'))
+  parser.add_argument('--workdir', default=DEFAULT_WORKDIR)
   parser.add_argument('--train_steps', type=int, default=400)
   parser.add_argument('--checkpoint', default='best')
   parser.add_argument('--out', default=RESULTS_DIR)
   parser.add_argument('--machine', default='', help='results file name (default: the '
                       'accelerator JAX uses, else the CPU kind)')
   args = parser.parse_args(argv)
-  if not layout.saved_steps(args.workdir):
+  if not (layout.saved_steps(args.workdir) or layout.saved_steps(args.workdir, best=True)):
+    if os.path.abspath(args.workdir) != DEFAULT_WORKDIR:  # a user's run is never trained into
+      print(f'error: --workdir={args.workdir} holds no checkpoint to decode with; leave '
+            '--workdir out to train a benchmark model into runs/bench-g2p', file=sys.stderr)
+      raise SystemExit(2)
     train_run(args.workdir, args.train_steps)
   parallel.cpu_device_per_core()  # as attnlab.decode does, before JAX starts (not in training)
   run = runs.load_run(args.workdir, args.checkpoint)

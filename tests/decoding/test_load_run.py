@@ -7,6 +7,7 @@ decode speed benchmark times the decoder and the whole command.
 """
 
 import json
+import shutil
 
 import jax
 import numpy as np
@@ -17,6 +18,7 @@ import attnlab
 from attnlab.data import load_task
 from attnlab.decoding import runs
 from attnlab.errors import UserError
+from attnlab.rundir import layout
 from configs import reverse
 
 
@@ -140,3 +142,38 @@ def test_decode_speed_benchmark_times_the_decoder_and_the_command(rnn_run, tmp_p
     assert row['compilations'] >= 1 and row['mean_output_tokens'] >= 1
   assert '| greedy |' in (tmp_path / 'decode_m.md').read_text()
   assert json.loads((tmp_path / 'decode_m.json').read_text())['rows'] == result['rows']
+
+
+
+def test_decode_speed_decodes_a_best_only_run_and_never_trains_into_a_users_folder(
+    rnn_run, tmp_path, capsys, monkeypatch):
+  from benchmarks import decode_speed
+
+  trained = []
+  monkeypatch.setattr(decode_speed, 'train_run', lambda *a: trained.append(a))
+  mine = tmp_path / 'mine'
+  mine.mkdir()
+  (mine / 'notes.txt').write_text('my own file')
+  with pytest.raises(SystemExit) as exit_info:
+    decode_speed.main([f'--workdir={mine}', f'--out={tmp_path}'])
+  assert exit_info.value.code == 2
+  err = capsys.readouterr().err.strip()
+  assert err.startswith(f'error: --workdir={mine} holds no checkpoint') and '\n' not in err
+  assert [p.name for p in mine.iterdir()] == ['notes.txt'] and not trained
+
+  # A shipped run keeps only its best checkpoint (results/g2p): decoded as it is, not trained.
+  shipped = tmp_path / 'shipped'
+  shutil.copytree(rnn_run, shipped)
+  for step in layout.saved_steps(str(shipped)):
+    shutil.rmtree(shipped / 'checkpoints' / str(step))
+  assert not layout.saved_steps(str(shipped)) and layout.saved_steps(str(shipped), best=True)
+  loaded = []
+
+  def load_run(workdir, checkpoint):
+    loaded.append(workdir)
+    raise RuntimeError('loaded')  # far enough: the decoding itself is the test above
+
+  monkeypatch.setattr(decode_speed.runs, 'load_run', load_run)
+  with pytest.raises(RuntimeError, match='loaded'):
+    decode_speed.main([f'--workdir={shipped}', f'--out={tmp_path}'])
+  assert loaded == [str(shipped)] and not trained
