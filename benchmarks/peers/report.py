@@ -128,8 +128,9 @@ def _to_best_peer(task, result: dict) -> list[str]:
   bests = {p: b for p, b in bests.items() if b is not None}
   if not bests or all(s in PEERS for s in curves):
     return []
-  peer = min(bests, key=lambda p: bests[p].score if task.lower_is_better else -bests[p].score)
-  target, peer_cpu_s = bests[peer].score, bests[peer].cpu_s
+  top = measures.best(task, list(bests.values()))
+  peer = next(p for p, b in bests.items() if b is top)
+  target, peer_cpu_s = top.score, top.cpu_s
   rows = []
   for system, points in curves.items():
     reached = measures.first_reaching(task, points, target)
