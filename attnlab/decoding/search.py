@@ -2,19 +2,11 @@
 
 Models and search meet through one callback (`Seq2Seq` and `Transformer` both provide it):
 
-    step_fn(tokens_N, carry, memory) -> (logits_NxV, attn_NxS, carry)
+    step_fn(tokens_N, carry) -> (logits_NxV, attn_NxS, carry)
 
 with N = batch * beams. It embeds the previous token of every row, advances that row's decoder
-state and returns the next-token logits and its cross-attention weights. `memory` (the encoder
-output: every leaf's leading axis a row) is read, never changed; search tiles it and
-`init_carry` to the beams itself.
-
-A batch shrinks as its rows finish: once no more than half of its rows are still searching,
-they are moved into a batch of half the size (down to MIN_SHRUNK_BATCH rows) and the finished
-rows stop costing steps, as they would in a loop that drops each row when it ends. Without it
-the longest row of a batch sets the steps of every row (on the Bible's beam 5, 1.9x the steps
-the rows need: benchmarks/OPTIMISATIONS.md). Each size is one more loop in the compiled
-program; the rows' results do not depend on it.
+state and returns the next-token logits and its cross-attention weights. The caller closes
+over the encoder memory, tiled once with `expand_to_beams`; search tiles `init_carry` itself.
 
 Beam search keeps finished hypotheses in their own set, as fairseq does: each step takes the
 2W best (origin beam, token) extensions by summed log-probability; an EOS extension among the
@@ -34,7 +26,6 @@ score (an n-best list); `NBestResult.best()` keeps the first of each row.
 from __future__ import annotations
 
 import functools
-import itertools
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -48,11 +39,7 @@ from attnlab.tokens import BOS_ID, EOS_ID, PAD_ID
 # Finite on purpose: dead beams are added to and divided, and -inf - -inf would make NaNs.
 NEG_INF = -1.0e9
 
-# The smallest batch a search shrinks to: below it a halved batch saves less per step than the
-# extra loop costs to compile.
-MIN_SHRUNK_BATCH = 8
-
-StepFn = Callable[[jax.Array, Any, Any], tuple[jax.Array, jax.Array, Any]]
+StepFn = Callable[[jax.Array, Any], tuple[jax.Array, jax.Array, Any]]
 
 
 @flax.struct.dataclass
@@ -137,10 +124,9 @@ def _check_sizes(batch_size: int, beam_size: int, max_length: int) -> None:
       raise ValueError(f'{name}={value!r} must be a positive Python int (a static size)')
 
 
-def _source_length(step_fn: StepFn, tokens_N: jax.Array, carry: Any, memory: Any,
-                   rows: int) -> int:
+def _source_length(step_fn: StepFn, tokens_N: jax.Array, carry: Any, rows: int) -> int:
   """S of the attention buffer, read off step_fn without running it."""
-  logits, attn, _ = jax.eval_shape(step_fn, tokens_N, carry, memory)
+  logits, attn, _ = jax.eval_shape(step_fn, tokens_N, carry)
   if logits.ndim != 2 or logits.shape[0] != rows or attn.ndim != 2 or attn.shape[0] != rows:
     raise ValueError(
       f'step_fn must return logits_NxV and attn_NxS with N={rows} rows; got '
@@ -149,46 +135,9 @@ def _source_length(step_fn: StepFn, tokens_N: jax.Array, carry: Any, memory: Any
   return attn.shape[1]
 
 
-def shrinking_sizes(batch_size: int) -> list[int]:
-  """The sizes a batch of batch_size rows shrinks through: halved while >= MIN_SHRUNK_BATCH."""
-  sizes = [batch_size]
-  while sizes[-1] // 2 >= MIN_SHRUNK_BATCH:
-    sizes.append(sizes[-1] // 2)
-  return sizes
-
-
-def _shrinking_loop(cond, body, state: dict, *, live_B: Callable[[dict], jax.Array],
-                    keep: Callable[[dict, jax.Array], dict], result: Callable[[dict], Any]):
-  """`result` of `lax.while_loop(cond, body, state)` over a batch that shrinks (module
-  docstring): each loop runs while more rows are live (`live_B`) than the next size holds, then
-  `keep(state, rows_K)` moves the live rows into the smaller batch. `result(state)` (leaves
-  with a leading row axis) is taken after every loop and each row's is put back in its place,
-  so a row's entry is the one of the last loop it was in."""
-  sizes = shrinking_sizes(live_B(state).shape[0])
-  rows_K = jnp.arange(sizes[0])  # the row of the whole batch that each row of `state` is
-  found = None
-  for next_size in itertools.chain(sizes[1:], [None]):
-    if next_size is None:
-      state = lax.while_loop(cond, body, state)
-    else:
-      more = lambda s, n=next_size: cond(s) & (jnp.sum(live_B(s)) > n)
-      state = lax.while_loop(more, body, state)
-    part = result(state)
-    found = part if found is None else jax.tree.map(lambda f, p: f.at[rows_K].set(p), found, part)
-    if next_size is not None:
-      live_first_K = jnp.argsort(~live_B(state), stable=True)[:next_size]
-      state, rows_K = keep(state, live_first_K), rows_K[live_first_K]
-  return found
-
-
-def _take(tree: Any, rows: jax.Array, axis: int = 0) -> Any:
-  return jax.tree.map(lambda x: jnp.take(x, rows, axis=axis), tree)
-
-
 def greedy_search(
   step_fn: StepFn,
   init_carry: Any,
-  memory: Any,
   *,
   batch_size: int,
   max_length: int,
@@ -199,14 +148,14 @@ def greedy_search(
   _check_sizes(batch_size, 1, max_length)
   B, T = batch_size, max_length
   bos_B = jnp.full((B,), bos_id, jnp.int32)
-  S = _source_length(step_fn, bos_B, init_carry, memory, B)
+  S = _source_length(step_fn, bos_B, init_carry, B)
 
   def cond(state):
     return (state['i'] < T) & ~jnp.all(state['done_B'])
 
   def body(state):
     i, live_B = state['i'], ~state['done_B']
-    logits_BxV, attn_BxS, carry = step_fn(state['last_B'], state['carry'], state['memory'])
+    logits_BxV, attn_BxS, carry = step_fn(state['last_B'], state['carry'])
     logp_BxV = next_token_log_probs(logits_BxV, bos_id)
     tok_B = jnp.argmax(logp_BxV, axis=-1).astype(jnp.int32)
     tok_logp_B = jnp.take_along_axis(logp_BxV, tok_B[:, None], axis=1)[:, 0]
@@ -215,7 +164,6 @@ def greedy_search(
       i=i + 1,
       last_B=tok_B,
       carry=carry,
-      memory=state['memory'],
       seqs_BxT=state['seqs_BxT'].at[:, i].set(jnp.where(live_B, tok_B, PAD_ID)),
       attn_BxTxS=state['attn_BxTxS'].at[:, i].set(attn_BxS),
       logp_B=jnp.where(live_B, state['logp_B'] + tok_logp_B, state['logp_B']),
@@ -227,24 +175,19 @@ def greedy_search(
     i=jnp.array(0, jnp.int32),
     last_B=bos_B,
     carry=init_carry,
-    memory=memory,
     seqs_BxT=jnp.full((B, T), PAD_ID, jnp.int32),
     attn_BxTxS=jnp.zeros((B, T, S), jnp.float32),
     logp_B=jnp.zeros((B,), jnp.float32),
     lengths_B=jnp.zeros((B,), jnp.int32),
     done_B=jnp.zeros((B,), bool),
   )
-  return _shrinking_loop(
-    cond, body, state,
-    live_B=lambda state: ~state['done_B'],
-    keep=lambda state, rows_K: {k: v if k == 'i' else _take(v, rows_K) for k, v in state.items()},
-    result=lambda state: SearchResult(
-      tokens_BxT=state['seqs_BxT'],
-      lengths_B=state['lengths_B'],
-      scores_B=state['logp_B'],
-      log_probs_B=state['logp_B'],
-      attention_BxTxS=state['attn_BxTxS'],
-    ),
+  state = lax.while_loop(cond, body, state)
+  return SearchResult(
+    tokens_BxT=state['seqs_BxT'],
+    lengths_B=state['lengths_B'],
+    scores_B=state['logp_B'],
+    log_probs_B=state['logp_B'],
+    attention_BxTxS=state['attn_BxTxS'],
   )
 
 
@@ -279,7 +222,6 @@ def _gather_carry(carry: Any, origin_BxW: jax.Array, beam_size: int) -> Any:
 def beam_search_nbest(
   step_fn: StepFn,
   init_carry: Any,
-  memory: Any,
   *,
   batch_size: int,
   beam_size: int,
@@ -288,8 +230,7 @@ def beam_search_nbest(
   bos_id: int = BOS_ID,
   eos_id: int = EOS_ID,
 ) -> NBestResult:
-  """Beam search (module docstring) from the batch_size rows of `init_carry` and `memory`, tiled
-  here to B*W.
+  """Beam search (module docstring) from `init_carry`'s batch_size rows, tiled here to B*W.
 
   `length_penalty` is the GNMT alpha (0 ranks finished hypotheses by summed log-prob).
   Returns every finished hypothesis: W per row, sorted by score.
@@ -301,52 +242,28 @@ def beam_search_nbest(
   _check_sizes(batch_size, beam_size, max_length)
   B, W, T = batch_size, beam_size, max_length
   alpha = float(length_penalty)
-  carry0, memory_N = expand_to_beams(init_carry, W), expand_to_beams(memory, W)
+  carry0 = expand_to_beams(init_carry, W)
   bos_N = jnp.full((B * W,), bos_id, jnp.int32)
-  S = _source_length(step_fn, bos_N, carry0, memory_N, B * W)
+  S = _source_length(step_fn, bos_N, carry0, B * W)
 
   def cond(state):
     return (state['i'] < T) & ~jnp.all(state['fin_count_B'] >= W)
 
   body = functools.partial(_beam_step, step_fn=step_fn, max_length=T,
                            alpha=alpha, bos_id=bos_id, eos_id=eos_id)
-  state = _beam_start(bos_N, carry0, memory_N, B=B, W=W, T=T, S=S)
+  state = lax.while_loop(cond, body, _beam_start(bos_N, carry0, B=B, W=W, T=T, S=S))
   # top_k keeps the finished set sorted, so slot 0 is the best; the last step always finishes
   # at least beam 0, so slot 0 is a real hypothesis.
-  return _shrinking_loop(
-    cond, body, state,
-    live_B=lambda state: state['fin_count_B'] < W,
-    keep=functools.partial(_keep_rows, beam_size=W),
-    result=lambda state: NBestResult(
-      tokens_BxKxT=state['fin_seqs_BxWxT'],
-      lengths_BxK=state['fin_lengths_BxW'],
-      scores_BxK=state['fin_scores_BxW'],
-      log_probs_BxK=state['fin_logp_BxW'],
-      attention_BxKxTxS=_finished_attention(state),
-    ),
+  return NBestResult(
+    tokens_BxKxT=state['fin_seqs_BxWxT'],
+    lengths_BxK=state['fin_lengths_BxW'],
+    scores_BxK=state['fin_scores_BxW'],
+    log_probs_BxK=state['fin_logp_BxW'],
+    attention_BxKxTxS=_finished_attention(state),
   )
 
 
-# Beam-state entries laid out per beam (leading axis B*W) and per step (T x B x ...); the rest
-# lead with the batch row.
-_PER_BEAM = ('last_N', 'carry', 'memory_N')
-_PER_STEP = ('step_attn_TxBxWxS', 'parent_TxBxW')
-
-
-def _keep_rows(state: dict, rows_K: jax.Array, *, beam_size: int) -> dict:
-  """The beam state of batch rows rows_K only, all their beams and history."""
-  beams_N = (rows_K[:, None] * beam_size + jnp.arange(beam_size)[None, :]).reshape(-1)
-  def take(key, value):
-    if key == 'i':
-      return value
-    if key in _PER_BEAM:
-      return _take(value, beams_N)
-    return _take(value, rows_K, axis=1 if key in _PER_STEP else 0)
-  return {key: take(key, value) for key, value in state.items()}
-
-
-def _beam_start(bos_N: jax.Array, carry0: Any, memory_N: Any, *, B: int, W: int, T: int,
-                S: int) -> dict:
+def _beam_start(bos_N: jax.Array, carry0: Any, *, B: int, W: int, T: int, S: int) -> dict:
   """The loop state before the first step: the alive beams and the (empty) finished set."""
   # Only beam 0 is alive at the start, so the W copies of BOS do not fill the beam with
   # duplicates of the same hypothesis.
@@ -355,7 +272,6 @@ def _beam_start(bos_N: jax.Array, carry0: Any, memory_N: Any, *, B: int, W: int,
     i=jnp.array(0, jnp.int32),
     last_N=bos_N,
     carry=carry0,
-    memory_N=memory_N,
     alive_logp_BxW=jnp.where(beam0_BxW, 0.0, NEG_INF).astype(jnp.float32),
     alive_seqs_BxWxT=jnp.full((B, W, T), PAD_ID, jnp.int32),
     step_attn_TxBxWxS=jnp.zeros((T, B, W, S), jnp.float32),  # step t's alive beams' weights
@@ -385,7 +301,7 @@ def _beam_step(state: dict, *, step_fn: StepFn, max_length: int, alpha: float, b
   finished set, the W best of the others stay alive."""
   i = state['i']
   B, W = state['alive_logp_BxW'].shape
-  logits_NxV, attn_NxS, carry = step_fn(state['last_N'], state['carry'], state['memory_N'])
+  logits_NxV, attn_NxS, carry = step_fn(state['last_N'], state['carry'])
   ext = _extend(state, logits_NxV, bos_id=bos_id)
   # Finish: EOS (or any extension at max_length) among the top W ranks of live rows.
   valid_Bx2W = ext.logp_Bx2W > NEG_INF / 2
@@ -395,7 +311,6 @@ def _beam_step(state: dict, *, step_fn: StepFn, max_length: int, alpha: float, b
   step_attn_BxWxS = attn_NxS.astype(jnp.float32).reshape(B, W, -1)
   return dict(
     i=i + 1,
-    memory_N=state['memory_N'],
     **alive,
     **finished,
     step_attn_TxBxWxS=state['step_attn_TxBxWxS'].at[i].set(step_attn_BxWxS),
@@ -491,12 +406,14 @@ def search_batch(model, params, src_BxS, *, method: str, beam_size: int, max_len
   memory = model.apply(variables, src_BxS, method='encode')
   carry = model.apply(variables, memory, max_length, method='init_decode_carry')
   batch_size = src_BxS.shape[0]
-  step_fn = lambda tokens, c, mem: model.apply(variables, mem, tokens, c, method='decode_step')
   if method == 'beam':
-    return beam_search_nbest(step_fn, carry, memory, batch_size=batch_size, beam_size=beam_size,
-                             max_length=max_length, length_penalty=length_penalty)
+    memory = expand_to_beams(memory, beam_size)
+  step_fn = lambda tokens, c: model.apply(variables, memory, tokens, c, method='decode_step')
+  if method == 'beam':
+    return beam_search_nbest(step_fn, carry, batch_size=batch_size, beam_size=beam_size,
+                                    max_length=max_length, length_penalty=length_penalty)
   return NBestResult.of(
-      greedy_search(step_fn, carry, memory, batch_size=batch_size, max_length=max_length))
+      greedy_search(step_fn, carry, batch_size=batch_size, max_length=max_length))
 
 
 def decode_batch(model, params, src_BxS, *, method: str, beam_size: int, max_length: int,

@@ -24,9 +24,9 @@ from attnlab.tokens import BOS_ID, EOS_ID, PAD_ID
 V, S, T = 5, 3, 4  # tokens PAD, BOS, EOS and two symbols; source length; max_length
 
 
-def beam_search(step_fn, init_carry, memory, **kwargs):
+def beam_search(step_fn, init_carry, **kwargs):
   """The best finished hypothesis of each row, as evaluation reads beam search's n-best."""
-  return search.beam_search_nbest(step_fn, init_carry, memory, **kwargs).best()
+  return search.beam_search_nbest(step_fn, init_carry, **kwargs).best()
 
 
 def _table(seed, batch, eos_bias=0.0):
@@ -37,23 +37,22 @@ def _table(seed, batch, eos_bias=0.0):
 
 
 def _toy_step_fn(table_BxVxVxV):
-  """The memory names each row's table row: a search that moves rows must move it along."""
-  def step_fn(tokens_N, carry, memory):
-    logits_NxV = table_BxVxVxV[memory['row_N'], carry['prev_N'], tokens_N]
+  def step_fn(tokens_N, carry):
+    logits_NxV = table_BxVxVxV[carry['row_N'], carry['prev_N'], tokens_N]
     hist_N = (carry['hist_N'] * 7 + tokens_N + 1) % 101
     angle_NxS = hist_N.astype(jnp.float32)[:, None] * (0.37 * jnp.arange(1, S + 1))[None, :]
     attn_NxS = jax.nn.softmax(jnp.sin(angle_NxS), axis=-1)
-    return logits_NxV, attn_NxS, dict(prev_N=tokens_N, hist_N=hist_N)
+    return logits_NxV, attn_NxS, dict(row_N=carry['row_N'], prev_N=tokens_N, hist_N=hist_N)
 
   return step_fn
 
 
 def _init_carry(batch):
-  return dict(prev_N=jnp.full((batch,), BOS_ID), hist_N=jnp.zeros((batch,), jnp.int32))
-
-
-def _memory(batch):
-  return dict(row_N=jnp.arange(batch))
+  return dict(
+    row_N=jnp.arange(batch),
+    prev_N=jnp.full((batch,), BOS_ID),
+    hist_N=jnp.zeros((batch,), jnp.int32),
+  )
 
 
 @functools.partial(jax.jit, static_argnames=('beam_size', 'alpha', 'max_length'))
@@ -61,7 +60,6 @@ def _beam(table, *, beam_size, alpha, max_length=T):
   return beam_search(
     _toy_step_fn(table),
     _init_carry(table.shape[0]),
-    _memory(table.shape[0]),
     batch_size=table.shape[0],
     beam_size=beam_size,
     max_length=max_length,
@@ -74,7 +72,6 @@ def _greedy(table, *, max_length=T):
   return search.greedy_search(
     _toy_step_fn(table),
     _init_carry(table.shape[0]),
-    _memory(table.shape[0]),
     batch_size=table.shape[0],
     max_length=max_length,
   )
@@ -106,9 +103,9 @@ def _np_score(logp, length, alpha):
   return logp / ((5.0 + length) / 6.0) ** alpha
 
 
-def _np_attention(tokens, length, max_length=T):
+def _np_attention(tokens, length):
   """The toy attention of every step of a hypothesis, zero after its end: T x S."""
-  out, hist = np.zeros((max_length, S)), 0
+  out, hist = np.zeros((T, S)), 0
   for t, fed in enumerate([BOS_ID, *tokens[: length - 1]]):
     hist = (hist * 7 + fed + 1) % 101
     e = np.exp(np.sin(hist * 0.37 * np.arange(1, S + 1)))
@@ -178,7 +175,6 @@ def _nbest(table, *, beam_size, alpha, max_length=T):
   return search.beam_search_nbest(
     _toy_step_fn(table),
     _init_carry(table.shape[0]),
-    _memory(table.shape[0]),
     batch_size=table.shape[0],
     beam_size=beam_size,
     max_length=max_length,
@@ -282,19 +278,14 @@ def test_greedy_equals_beam_size_one_for_any_length_penalty():
   assert len(set(np.asarray(greedy.lengths_B).tolist())) > 1, 'want rows of different lengths'
 
 
-def _np_greedy(table_row, max_length=T):
-  toks = []
-  while len(toks) < max_length and (not toks or toks[-1] != EOS_ID):
-    prev2, prev1 = ([BOS_ID, BOS_ID] + toks)[-2:]
-    toks.append(int(np.argmax(_np_log_softmax(table_row[prev2, prev1]))))
-  return toks
-
-
 def test_greedy_matches_numpy_argmax_with_attention():
   table = _table(3, batch=5, eos_bias=1.0)
   got = _greedy(jnp.asarray(table))
   for b in range(5):
-    toks = _np_greedy(table[b])
+    toks = []
+    while len(toks) < T and (not toks or toks[-1] != EOS_ID):
+      prev2, prev1 = ([BOS_ID, BOS_ID] + toks)[-2:]
+      toks.append(int(np.argmax(_np_log_softmax(table[b, prev2, prev1]))))
     np.testing.assert_array_equal(got.tokens_BxT[b], _padded(toks))
     assert int(got.lengths_B[b]) == len(toks)
     np.testing.assert_allclose(got.log_probs_B[b], _np_logp(table[b], toks), rtol=1e-5)
@@ -327,7 +318,7 @@ def test_jit_with_traced_carry_and_expand_to_beams_layout():
   table = jnp.asarray(_table(5, batch=2))
   run = jax.jit(
     lambda carry: beam_search(
-      _toy_step_fn(table), carry, _memory(2), batch_size=2, beam_size=2, max_length=T
+      _toy_step_fn(table), carry, batch_size=2, beam_size=2, max_length=T
     )
   )
   np.testing.assert_array_equal(
@@ -336,50 +327,7 @@ def test_jit_with_traced_carry_and_expand_to_beams_layout():
   tiled = search.expand_to_beams({'x': jnp.array([[1, 2], [3, 4]])}, 3)
   np.testing.assert_array_equal(tiled['x'][:, 0], [1, 1, 1, 3, 3, 3])
   with pytest.raises(ValueError, match='beam_size=0'):
-    beam_search(
-      _toy_step_fn(table), _init_carry(2), _memory(2), batch_size=2, beam_size=0, max_length=T
-    )
-
-
-@pytest.mark.parametrize('beam_size', [0, 2])
-def test_a_batch_shrinks_as_its_rows_finish_and_every_row_keeps_its_own_search(beam_size):
-  batch, max_length = 40, 9
-  table = _table(6, batch=batch)
-  # From rows that end at once to rows that run long: the batch shrinks 40 -> 20 -> 10.
-  table[..., EOS_ID] += np.linspace(5.0, -3.0, batch)[:, None, None]
-  traced_rows = []
-
-  def step_fn(tokens_N, carry, memory):
-    traced_rows.append(tokens_N.shape[0])
-    return _toy_step_fn(jnp.asarray(table))(tokens_N, carry, memory)
-
-  kw = dict(batch_size=batch, max_length=max_length)
-  if beam_size:
-    run = lambda: search.beam_search_nbest(
-      step_fn, _init_carry(batch), _memory(batch), beam_size=beam_size, length_penalty=0.6, **kw)
-  else:
-    run = lambda: search.NBestResult.of(
-      search.greedy_search(step_fn, _init_carry(batch), _memory(batch), **kw))
-  got = jax.jit(run)()
-  W = max(beam_size, 1)
-  assert search.shrinking_sizes(batch) == [40, 20, 10]
-  assert sorted(set(traced_rows)) == [10 * W, 20 * W, 40 * W]
-  lengths = []
-  for b in range(batch):
-    if beam_size:
-      want = [(toks, logp) for _, logp, toks in _np_beam_nbest(table[b], W, 0.6, max_length)]
-    else:
-      toks = tuple(_np_greedy(table[b], max_length))
-      want = [(toks, _np_logp(table[b], toks))]
-    for k, (toks, logp) in enumerate(want):
-      assert int(got.lengths_BxK[b, k]) == len(toks)
-      assert tuple(got.tokens_BxKxT[b, k, : len(toks)].tolist()) == toks
-      np.testing.assert_allclose(got.log_probs_BxK[b, k], logp, rtol=1e-5, atol=1e-6)
-      np.testing.assert_allclose(got.attention_BxKxTxS[b, k],
-                                 _np_attention(toks, len(toks), max_length), atol=1e-5)
-    lengths.append(len(want[0][0]))
-  # Most rows end within a few steps and a few run to the end: the shrunk loops did the work.
-  assert np.median(lengths) <= 3 and max(lengths) == max_length, lengths
+    beam_search(_toy_step_fn(table), _init_carry(2), batch_size=2, beam_size=0, max_length=T)
 
 
 # ---- real models -----------------------------------------------------------------------------
@@ -391,11 +339,12 @@ def _model_search(model, variables, src_BxS, max_length):
   carry = model.apply(variables, memory, max_length, method=model.init_decode_carry)
 
   def run(beam_size):
-    step_fn = lambda tok, c, mem: model.apply(variables, mem, tok, c, method=model.decode_step)
+    mem = search.expand_to_beams(memory, max(beam_size, 1))
+    step_fn = lambda tok, c: model.apply(variables, mem, tok, c, method=model.decode_step)
     kw = dict(batch_size=src_BxS.shape[0], max_length=max_length)
     if beam_size == 0:
-      return search.greedy_search(step_fn, carry, memory, **kw)
-    return beam_search(step_fn, carry, memory, beam_size=beam_size, **kw)
+      return search.greedy_search(step_fn, carry, **kw)
+    return beam_search(step_fn, carry, beam_size=beam_size, **kw)
 
   return jax.jit(run, static_argnums=0)
 
