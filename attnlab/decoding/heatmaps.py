@@ -10,6 +10,7 @@ so that panels of one grid, and figures of different runs, compare directly.
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import textwrap
@@ -18,6 +19,7 @@ from collections.abc import Sequence
 import matplotlib.image
 import numpy as np
 from etils import epath
+from matplotlib import font_manager
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
@@ -29,8 +31,34 @@ _MIN_PANEL_INCH = 2.5
 _FONT_SIZE = 7
 _TITLE_SIZE = _FONT_SIZE + 2
 _DPI = 120
+# The tasks' scripts that DejaVu Sans, matplotlib's own font, lacks (the dates' Hindi, Bengali,
+# Thai, Chinese, Japanese and Korean), by family and font file (Debian's fonts-noto-core,
+# fonts-droid-fallback and fonts-nanum). Matplotlib draws each glyph in the first family that
+# has it; without these fonts those labels draw as empty boxes.
+FALLBACK_FONTS = {
+  'Noto Sans Devanagari': 'NotoSansDevanagari-Regular.ttf',
+  'Noto Sans Bengali': 'NotoSansBengali-Regular.ttf',
+  'Noto Sans Thai': 'NotoSansThai-Regular.ttf',
+  'Droid Sans Fallback': 'DroidSansFallbackFull.ttf',
+  'NanumGothic': 'NanumGothic.ttf',
+}
 
 Panel = tuple[str, np.ndarray, Sequence[str], Sequence[str]]
+
+
+@functools.cache
+def token_families() -> tuple[str, ...]:
+  """The families token labels are drawn in: DejaVu Sans, then the fallback fonts this machine
+  has. Matplotlib's font list is cached on disk when it is first built, so fonts installed
+  after that are found by file name and added to it."""
+  known = {font.name for font in font_manager.fontManager.ttflist}
+  if not known.issuperset(FALLBACK_FONTS):
+    wanted = {file: family for family, file in FALLBACK_FONTS.items() if family not in known}
+    for path in font_manager.findSystemFonts():
+      if os.path.basename(path) in wanted:
+        font_manager.fontManager.addfont(path)
+    known = {font.name for font in font_manager.fontManager.ttflist}
+  return ('DejaVu Sans', *(family for family in FALLBACK_FONTS if family in known))
 
 
 def _check_panel(title: str, weights_TxS, source_tokens, target_tokens) -> np.ndarray:
@@ -88,9 +116,10 @@ def _draw(ax, title, weights_TxS, source_tokens, target_tokens, vmax):
     weights_TxS, cmap='viridis', vmin=0.0, vmax=vmax, aspect='equal', interpolation='nearest'
   )
   ax.set_xticks(np.arange(len(source_tokens)))
-  ax.set_xticklabels([str(t) for t in source_tokens], rotation=90, fontsize=_FONT_SIZE)
+  labels = {'fontsize': _FONT_SIZE, 'fontfamily': list(token_families())}
+  ax.set_xticklabels([str(t) for t in source_tokens], rotation=90, **labels)
   ax.set_yticks(np.arange(len(target_tokens)))
-  ax.set_yticklabels([str(t) for t in target_tokens], fontsize=_FONT_SIZE)
+  ax.set_yticklabels([str(t) for t in target_tokens], **labels)
   ax.set_xlabel('source')
   ax.set_ylabel('output')
   ax.set_title(title, fontsize=_TITLE_SIZE)

@@ -4,11 +4,14 @@ import io
 import json
 import math
 import struct
+import warnings
 
 import matplotlib.image
 import numpy as np
 import pytest
+from matplotlib import font_manager, ft2font
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from support.parts import require
 from tensorboard.backend.event_processing import event_accumulator
 from tensorboard.compat.proto import event_pb2
 
@@ -60,8 +63,11 @@ def _scalars(tb_dir):
   # TensorBoard itself must read the same scalars.
   accumulator = event_accumulator.EventAccumulator(str(tb_dir))
   accumulator.Reload()
-  seen = {(e.step, tag): e.value for tag in accumulator.Tags()['scalars']
-          for e in accumulator.Scalars(tag)}
+  seen = {
+    (e.step, tag): e.value
+    for tag in accumulator.Tags()['scalars']
+    for e in accumulator.Scalars(tag)
+  }
   assert seen == out
   return out
 
@@ -247,3 +253,47 @@ def test_progress_line_without_progress():
   line = writers.ProgressLine(10, enabled=False, clock=lambda: 5.0)
   out = line.update(0, {'loss': math.nan})
   assert out == 'step 0/10 (0.0%) | ? steps/s | ETA ? | loss nan'
+
+
+def _dates_characters() -> dict[str, str]:
+  """Every character of every month's name and every format the dates task writes: char ->
+  the first locale that writes it."""
+  import datetime
+
+  from attnlab.data import dates
+
+  chars = {}
+  for locale in dates.LOCALES:
+    for month in range(1, 13):
+      day = datetime.date(2023, month, 10 + month)  # a weekday name each, too
+      for length in dates.CLDR_LENGTHS:
+        for char in dates.format_date(day, length, locale=locale):
+          chars.setdefault(char, locale)
+  return chars
+
+
+def test_token_labels_have_a_glyph_for_every_character_of_the_dates_task(tmp_path):
+  families = heatmaps.token_families()
+  missing = sorted(set(heatmaps.FALLBACK_FONTS) - set(families))
+  require(
+    f'the fonts {", ".join(missing)}',
+    not missing,
+    'apt-get install fonts-noto-core fonts-droid-fallback fonts-nanum',
+  )
+  # Each character's glyph, looked up in the fonts' own tables, independently of matplotlib's
+  # fallback: the families above cover the task's alphabet.
+  charmaps = [
+    set(ft2font.FT2Font(font_manager.findfont(family, fallback_to_default=False)).get_charmap())
+    for family in families
+  ]
+  uncovered = {
+    char: locale
+    for char, locale in _dates_characters().items()
+    if not char.isspace() and not any(ord(char) in charmap for charmap in charmaps)
+  }
+  assert not uncovered
+  # And matplotlib draws them: a label of each script the default font lacks, no glyph missing.
+  words = ['हिन्दी', 'বাংলা', 'ไทย', '中文', '日本語', '한국어', 'русский']
+  with warnings.catch_warnings():
+    warnings.filterwarnings('error', message='Glyph .* missing')
+    heatmaps.save_heatmap(tmp_path / 'scripts.png', np.eye(len(words)), words, words, 'scripts')
