@@ -17,14 +17,14 @@ from attnlab.train import loop as train
 from attnlab.train import resume
 
 
-def _snapshot(directory):
-  """Every file's bytes and mtime under `directory`, but the lock file: it names the latest
-  process that held the workdir, a refused one too."""
+def _snapshot(directory, *, lock=False):
+  """Every file's bytes and mtime under `directory`; the lock file only if `lock`: it names
+  the latest process that held the workdir, one refused after taking it too."""
   out = {}
   for root, _, files in os.walk(directory):
     for name in files:
       path = os.path.join(root, name)
-      if path == os.path.join(directory, layout.LOCK_FILE):
+      if path == os.path.join(directory, layout.LOCK_FILE) and not lock:
         continue
       with open(path, 'rb') as f:
         out[path] = (f.read(), os.stat(path).st_mtime_ns)
@@ -36,7 +36,7 @@ def test_cli_refuses_a_changed_config_and_writes_nothing(tmp_path):
   run_dir = str(tmp_path / 'run')
   first = run_cli('--config=configs/reverse.py:smoke', f'--workdir={run_dir}')
   assert first.returncode == 0, first.stderr[-3000:]
-  before = _snapshot(run_dir)
+  before = _snapshot(run_dir, lock=True)
   again = run_cli('--config=configs/reverse.py:smoke', f'--workdir={run_dir}',
                   '--config.optim.learning_rate=0.001', '--config.seed=1',
                   '--config.model.hidden_size=32')
@@ -50,7 +50,17 @@ def test_cli_refuses_a_changed_config_and_writes_nothing(tmp_path):
   assert '  model.hidden_size: 16 -> 32 (cannot change on resume)\n' in message
   assert 'use a new --workdir' in message
   assert 'only optim.learning_rate could change on resume' in message
-  assert _snapshot(run_dir) == before  # config.json, vocabularies, checkpoints: untouched
+  # config.json, vocabularies, checkpoints and the lock file, refused before it was taken
+  assert _snapshot(run_dir, lock=True) == before
+
+
+def test_a_refused_config_leaves_no_lock_file_in_a_folder_it_never_trained(tmp_path):
+  run_dir = tmp_path / 'run'
+  run_dir.mkdir()
+  (run_dir / 'config.json').write_text(json.dumps(resume.config_as_json(smoke_config())))
+  with pytest.raises(resume.WorkdirConfigError, match='nothing was written'):
+    train.train_and_evaluate(smoke_config(seed=1), str(run_dir))
+  assert sorted(os.listdir(run_dir)) == ['config.json']
 
 
 @pytest.mark.slow
