@@ -255,6 +255,24 @@ def test_profile_runs_on_a_real_search():
   assert '| matmul |' in profile_ops.markdown(result, top=5)
 
 
+def test_profile_of_a_trained_runs_search_on_its_test_sources(tiny_reverse_run, tmp_path):
+  from benchmarks import profile_ops
+
+  for what in ('greedy', 'beam'):
+    out = tmp_path / f'{what}.md'
+    result = profile_ops.main([f'--workdir={tiny_reverse_run}', f'--what={what}', '--calls=2',
+                               f'--out={out}'])
+    assert result['workload'] == str(tiny_reverse_run) and result['what'] == what
+    rows, width = map(int, result['padded_shape'].split(' sources x '))
+    assert 1 <= rows <= 64 and width % 8 == 0  # one batch of the run's commonest bucket
+    assert result['by_kind_ms_per_call']['matmul'] > 0
+    assert out.read_text().startswith(
+      f'Command: `python -m benchmarks.profile_ops --workdir={tiny_reverse_run} --what={what} '
+      '--calls=2` on ')
+  with pytest.raises(SystemExit):
+    profile_ops.main([f'--workdir={tiny_reverse_run}', '--what=train'])
+
+
 @pytest.mark.slow
 def test_device_check_trains_both_modes_alike_and_decodes_as_the_run_did(tmp_path):
   """benchmarks/device_check.py on this machine's devices (8 simulated CPU devices here): the
