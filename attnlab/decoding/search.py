@@ -109,6 +109,26 @@ def next_token_log_probs(logits_NxV: jax.Array, bos_id: int) -> jax.Array:
   return jax.nn.log_softmax(logits_NxV, axis=-1)
 
 
+def most_probable_token(logits_NxV: jax.Array, bos_id: int) -> tuple[jax.Array, jax.Array]:
+  """(token_N, log_prob_N): jnp.argmax of `next_token_log_probs` and its log-probability.
+
+  Computed from the logits' maximum instead: the first index holding it is argmax's choice,
+  and its log-probability is -log sum exp(logits - max), so the V-wide log-probabilities are
+  never written, and no (value, index) reduction runs: XLA:CPU does not vectorise that one, and
+  it took 13% of a greedy search over the Bible's 2,000 pieces. A row with NaN logits (a
+  diverged model) gets a NaN log-probability and a token it may emit.
+  """
+  V = logits_NxV.shape[-1]
+  index_V = jnp.arange(V)
+  banned_V = (index_V == PAD_ID) | (index_V == bos_id)
+  logits_NxV = jnp.where(banned_V[None, :], NEG_INF, logits_NxV.astype(jnp.float32))
+  best_N = jnp.max(logits_NxV, axis=-1)
+  at_best_NxV = (logits_NxV == best_N[:, None]) | jnp.isnan(logits_NxV)
+  token_N = jnp.min(jnp.where(at_best_NxV, index_V, V), axis=-1).astype(jnp.int32)
+  log_prob_N = -jnp.log(jnp.sum(jnp.exp(logits_NxV - best_N[:, None]), axis=-1))
+  return token_N, log_prob_N
+
+
 def expand_to_beams(tree: Any, beam_size: int) -> Any:
   """Repeats every leaf's leading axis B -> B*W (row b*W + w is beam w of example b)."""
   return jax.tree.map(lambda x: jnp.repeat(x, beam_size, axis=0), tree)
@@ -156,9 +176,7 @@ def greedy_search(
   def body(state):
     i, live_B = state['i'], ~state['done_B']
     logits_BxV, attn_BxS, carry = step_fn(state['last_B'], state['carry'])
-    logp_BxV = next_token_log_probs(logits_BxV, bos_id)
-    tok_B = jnp.argmax(logp_BxV, axis=-1).astype(jnp.int32)
-    tok_logp_B = jnp.take_along_axis(logp_BxV, tok_B[:, None], axis=1)[:, 0]
+    tok_B, tok_logp_B = most_probable_token(logits_BxV, bos_id)
     attn_BxS = jnp.where(live_B[:, None], attn_BxS.astype(jnp.float32), 0.0)
     return dict(
       i=i + 1,

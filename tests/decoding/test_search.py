@@ -292,6 +292,35 @@ def test_greedy_matches_numpy_argmax_with_attention():
     np.testing.assert_allclose(got.attention_BxTxS[b], _np_attention(toks, len(toks)), atol=1e-5)
 
 
+def test_most_probable_token_is_the_first_maximum_of_the_log_probabilities():
+  # Rows chosen to break the obvious shortcuts: ties (argmax takes the first), the maximum on
+  # PAD or BOS (never emitted), a vocabulary of 2,000 as the Bible's, a NaN row.
+  rng = np.random.default_rng(0)
+  rows = rng.normal(size=(6, 2000)).astype(np.float32)
+  rows[0, [7, 3, 1500]] = 9.0  # tied: 3
+  rows[1, PAD_ID] = rows[1, BOS_ID] = 50.0  # banned maxima
+  rows[2] = 0.0  # all equal: the first token that may be emitted
+  rows[3, 1999] = 1e6  # the last token
+  rows[4, [12, 40]] = np.nan
+  token, log_prob = search.most_probable_token(jnp.asarray(rows), BOS_ID)
+  expected = [3, int(np.argmax(_np_log_softmax(rows[1]))), EOS_ID, 1999]
+  expected.append(int(np.argmax(_np_log_softmax(rows[5]))))
+  token = np.asarray(token).tolist()
+  assert token[:4] + token[5:] == expected
+  assert token[4] in range(2000) and token[4] not in BANNED and np.isnan(float(log_prob[4]))
+  for n, want in zip((0, 1, 2, 3, 5), expected, strict=True):
+    want = _np_log_softmax(rows[n])[want]
+    np.testing.assert_allclose(float(log_prob[n]), want, rtol=1e-6, atol=1e-6)
+
+
+def test_greedy_steps_use_no_value_and_index_reduction():
+  # most_probable_token: XLA:CPU runs jnp.argmax as one reduce over (value, index) pairs,
+  # unvectorised; a greedy step over a large vocabulary must not have one.
+  hlo = _greedy.lower(jnp.asarray(_table(0, 4))).compile().as_text()
+  pairs = re.findall(r'= \(f32\[[\d,]*\][^ ]*, s32\[[\d,]*\][^ ]*\) (\w+)\(', hlo)
+  assert not [op for op in pairs if op in ('reduce', 'fusion')], pairs
+
+
 @pytest.mark.parametrize('beam_size', [0, 3])
 def test_eos_ends_a_hypothesis_and_padding_follows(beam_size):
   table = _table(4, batch=2)
