@@ -351,15 +351,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
   {split: metrics} of the selected checkpoint (final_metrics.json says which step).
 
   Raises `attnlab.errors.UserError` for a bad config, an unusable workdir or one where another
-  process is training; nothing is written in the workdir before those checks. A config refused
-  for the run in the workdir leaves no lock file either: it is compared before the lock is taken,
-  and again under it, in case another process started the run in between.
+  process is training; nothing is written in the workdir before those checks (but its lock).
   """
   started, cpu_started = time.perf_counter(), time.process_time()
   storage.check_reachable(workdir, '--workdir')
-  cfg = config_lib.parse(config)  # a config mistake leaves nothing behind
+  config_lib.parse(config)  # a config mistake leaves nothing behind, not even the lock file
   resume.check_allowed_changes(workdir, config, allow_config_change)
-  resume.check_reuse(workdir, config, cfg, allow_config_change)
   with lock_workdir(workdir):
     return _train_and_evaluate(config, workdir, allow_config_change, started, cpu_started)
 

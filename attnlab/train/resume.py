@@ -1,7 +1,8 @@
 """Starting or resuming a run: the check that a reused workdir holds the same config, and the
 files a start writes.
 
-Rerunning a command on its workdir resumes the run. Before anything is written, the config is
+Rerunning a command on its workdir resumes the run. Once the run holds the workdir's lock (whose
+file records the process: rundir/lock.py) and before anything else is written, the config is
 compared with the run's saved `config.json` (or, without it, the config stored in the latest
 checkpoint). Keys in `UNOBSERVABLE` (where and how often the run is watched and saved) change
 freely, with a logged note. Any other difference stops with the changed keys (old -> new) and
@@ -206,7 +207,8 @@ def check_reuse(workdir: str, config, cfg, allow=()) -> tuple[dict, list[str]]:
     way_out += (f'; train.num_steps={new_steps} is below the step the run reached '
                 f'({resume_step})')
   lines = [f'{workdir} holds a run with a different config (compared with {origin}); nothing '
-           f'was written. {way_out}. Changed keys (old -> new):']
+           f'was written but the lock file\'s record of this process. {way_out}. Changed keys '
+           '(old -> new):']
   lines += described
   lines.append(f'Keys that may change on resume with the flag: {", ".join(RESUMABLE)}; '
                f'without it: {", ".join(UNOBSERVABLE)}.')

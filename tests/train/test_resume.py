@@ -1,5 +1,5 @@
-"""Reusing a workdir: a changed config is refused before anything is written, unless the keys
-may change on resume and are named in --allow_config_change."""
+"""Reusing a workdir: a changed config is refused before anything but the lock file's record is
+written, unless the keys may change on resume and are named in --allow_config_change."""
 
 import errno
 import json
@@ -17,14 +17,14 @@ from attnlab.train import loop as train
 from attnlab.train import resume
 
 
-def _snapshot(directory, *, lock=False):
-  """Every file's bytes and mtime under `directory`; the lock file only if `lock`: it names
-  the latest process that held the workdir, one refused after taking it too."""
+def _snapshot(directory):
+  """Every file's bytes and mtime under `directory`, but the lock file: it names the latest
+  process that held the workdir, a refused one too."""
   out = {}
   for root, _, files in os.walk(directory):
     for name in files:
       path = os.path.join(root, name)
-      if path == os.path.join(directory, layout.LOCK_FILE) and not lock:
+      if path == os.path.join(directory, layout.LOCK_FILE):
         continue
       with open(path, 'rb') as f:
         out[path] = (f.read(), os.stat(path).st_mtime_ns)
@@ -36,7 +36,7 @@ def test_cli_refuses_a_changed_config_and_writes_nothing(tmp_path):
   run_dir = str(tmp_path / 'run')
   first = run_cli('--config=configs/reverse.py:smoke', f'--workdir={run_dir}')
   assert first.returncode == 0, first.stderr[-3000:]
-  before = _snapshot(run_dir, lock=True)
+  before = _snapshot(run_dir)
   again = run_cli('--config=configs/reverse.py:smoke', f'--workdir={run_dir}',
                   '--config.optim.learning_rate=0.001', '--config.seed=1',
                   '--config.model.hidden_size=32')
@@ -44,23 +44,14 @@ def test_cli_refuses_a_changed_config_and_writes_nothing(tmp_path):
   assert 'Traceback' not in again.stderr
   message = again.stderr
   assert message.startswith(f'error: {run_dir} holds a run with a different config (compared '
-                            f'with {run_dir}/config.json); nothing was written.')
+                            f'with {run_dir}/config.json); nothing was written but the lock '
+                            "file's record of this process.")
   assert '  optim.learning_rate: 0.003 -> 0.001\n' in message
   assert '  seed: 0 -> 1 (cannot change on resume)\n' in message
   assert '  model.hidden_size: 16 -> 32 (cannot change on resume)\n' in message
   assert 'use a new --workdir' in message
   assert 'only optim.learning_rate could change on resume' in message
-  # config.json, vocabularies, checkpoints and the lock file, refused before it was taken
-  assert _snapshot(run_dir, lock=True) == before
-
-
-def test_a_refused_config_leaves_no_lock_file_in_a_folder_it_never_trained(tmp_path):
-  run_dir = tmp_path / 'run'
-  run_dir.mkdir()
-  (run_dir / 'config.json').write_text(json.dumps(resume.config_as_json(smoke_config())))
-  with pytest.raises(resume.WorkdirConfigError, match='nothing was written'):
-    train.train_and_evaluate(smoke_config(seed=1), str(run_dir))
-  assert sorted(os.listdir(run_dir)) == ['config.json']
+  assert _snapshot(run_dir) == before  # config.json, vocabularies, checkpoints: untouched
 
 
 @pytest.mark.slow
