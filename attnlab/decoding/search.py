@@ -97,31 +97,34 @@ def length_penalty_factor(length: jax.Array, alpha: float) -> jax.Array:
   return ((5.0 + length.astype(jnp.float32)) / 6.0) ** alpha
 
 
-def next_token_log_probs(logits_NxV: jax.Array, bos_id: int) -> jax.Array:
-  """float32 log-probabilities over the tokens a hypothesis may emit: never PAD or BOS.
+def _emittable_logits(logits_NxV: jax.Array, bos_id: int) -> jax.Array:
+  """float32 logits with PAD and BOS at NEG_INF: a hypothesis never emits them.
 
   An untrained (or unlucky) model can put mass on them; emitting either would end up as a
   hole in the output, so they are excluded and the rest renormalised.
   """
-  V = logits_NxV.shape[-1]
-  banned_V = (jnp.arange(V) == PAD_ID) | (jnp.arange(V) == bos_id)
-  logits_NxV = jnp.where(banned_V[None, :], NEG_INF, logits_NxV.astype(jnp.float32))
-  return jax.nn.log_softmax(logits_NxV, axis=-1)
+  index_V = jnp.arange(logits_NxV.shape[-1])
+  banned_V = (index_V == PAD_ID) | (index_V == bos_id)
+  return jnp.where(banned_V[None, :], NEG_INF, logits_NxV.astype(jnp.float32))
+
+
+def next_token_log_probs(logits_NxV: jax.Array, bos_id: int) -> jax.Array:
+  """float32 log-probabilities over the tokens a hypothesis may emit: never PAD or BOS."""
+  return jax.nn.log_softmax(_emittable_logits(logits_NxV, bos_id), axis=-1)
 
 
 def most_probable_token(logits_NxV: jax.Array, bos_id: int) -> tuple[jax.Array, jax.Array]:
-  """(token_N, log_prob_N): jnp.argmax of `next_token_log_probs` and its log-probability.
+  """(token_N, log_prob_N): the most probable token a hypothesis may emit (the first, on a
+  tie) and its log-probability, as `next_token_log_probs` gives them.
 
-  Computed from the logits' maximum instead: the first index holding it is argmax's choice,
-  and its log-probability is -log sum exp(logits - max), so the V-wide log-probabilities are
-  never written, and no (value, index) reduction runs: XLA:CPU does not vectorise that one, and
-  it took 13% of a greedy search over the Bible's 2,000 pieces. A row with NaN logits (a
-  diverged model) gets a NaN log-probability and a token it may emit.
+  Computed from the logits' maximum: its first index, and -log sum exp(logits - max), so the
+  V-wide log-probabilities are never written and no argmax runs: XLA:CPU does not vectorise
+  argmax's (value, index) reduction (13% of a greedy search over 2,000 pieces). A row with NaN
+  logits (a diverged model) gets a NaN log-probability and a token it may emit.
   """
+  logits_NxV = _emittable_logits(logits_NxV, bos_id)
   V = logits_NxV.shape[-1]
   index_V = jnp.arange(V)
-  banned_V = (index_V == PAD_ID) | (index_V == bos_id)
-  logits_NxV = jnp.where(banned_V[None, :], NEG_INF, logits_NxV.astype(jnp.float32))
   best_N = jnp.max(logits_NxV, axis=-1)
   at_best_NxV = (logits_NxV == best_N[:, None]) | jnp.isnan(logits_NxV)
   token_N = jnp.min(jnp.where(at_best_NxV, index_V, V), axis=-1).astype(jnp.int32)
