@@ -427,7 +427,7 @@ def search_batch(model, params, src_BxS, *, method: str, beam_size: int, max_len
   memory = model.apply(variables, src_BxS, method='encode')
   carry = model.apply(variables, memory, max_length, method='init_decode_carry')
   batch_size = src_BxS.shape[0]
-  if method == 'beam' and not model.beams_share_memory:
+  if method == 'beam':
     memory = expand_to_beams(memory, beam_size)
   step_fn = lambda tokens, c: model.apply(variables, memory, tokens, c, method='decode_step')
   if method == 'beam':

@@ -131,36 +131,29 @@ class DecoderCell(nn.Module):
     }
 
   def _attend(self, q_BxH, memory: Memory, step_B, train: bool):
-    """(c_BxH, weights_BxS) for the query q_BxH (T = 1 per row).
-
-    `memory` has a row per query, or one per source when beam search's B = M x G rows are G
-    beams of each of M sources (source-major: row m G + g): the G queries of a source are then
-    its T = G queries, so its keys and values are read once for all its beams.
-    """
-    M = memory['mask'].shape[0]
-    G = q_BxH.shape[0] // M
-    q_MxGxH = q_BxH.reshape(M, G, -1)
-    mask_MxS = memory['mask']
+    """(c_BxH, weights_BxS) for the query q_BxH (T = 1)."""
+    q_Bx1xH = q_BxH[:, None, :]
+    mask_BxS = memory['mask']
     if self.multi_head:
-      mask_Mx1x1xS = mask_MxS[:, None, None, :]
-      k_MxNxSxD, v_MxNxSxD = memory['keys'], memory['values']
-      context_MxGxH, weights_MxNxGxS = self.mha.attend_projected(
-        q_MxGxH, k_MxNxSxD, v_MxNxSxD, mask_Mx1x1xS, deterministic=not train, return_weights=True
+      mask_Bx1x1xS = mask_BxS[:, None, None, :]
+      k_BxNxSxD, v_BxNxSxD = memory['keys'], memory['values']
+      context_Bx1xH, weights_BxNx1xS = self.mha.attend_projected(
+        q_Bx1xH, k_BxNxSxD, v_BxNxSxD, mask_Bx1x1xS, deterministic=not train, return_weights=True
       )
-      weights_MxGxS = jnp.mean(weights_MxNxGxS, axis=1)
+      weights_Bx1xS = jnp.mean(weights_BxNx1xS, axis=1)
     else:
-      context_MxGxH, weights_MxGxS = attention.attention_step(
+      context_Bx1xH, weights_Bx1xS = attention.attention_step(
         self.score,
         getattr(self, 'window', None),
-        q_MxGxH,
+        q_Bx1xH,
         memory['keys'],
         memory['values'],
-        mask_MxS,
+        mask_BxS,
         # Every row of a batch (and every beam) is at the same step: one position serves all.
-        positions_T=jnp.broadcast_to(step_B[:1], (G,)),
+        positions_T=step_B[:1],
         lengths_B=memory['lengths'],
       )
-    return context_MxGxH.reshape(M * G, -1), weights_MxGxS.reshape(M * G, -1)
+    return context_Bx1xH[:, 0, :], weights_Bx1xS[:, 0, :]
 
   def cell_kernels(self) -> list[recurrent.CellKernels]:
     """Every layer's concatenated kernels, computed once per call (outside time loops). The

@@ -51,13 +51,6 @@ class Seq2Seq(nn.Module):
     memory['init_states'] = self.bridge(final_states)
     return memory
 
-  @property
-  def beams_share_memory(self) -> bool:
-    """Whether `decode_step` takes one memory row per source for its beams (source-major rows,
-    DecoderCell._attend): attention reads keys and values once for all of a source's beams.
-    Decoders without attention read a per-row context and take the memory tiled per beam."""
-    return self.config.attention.attends
-
   @matmul.with_model_dtype
   def init_decode_carry(self, memory: Memory, max_length: int) -> DecoderCarry:
     del max_length  # An RNN's state does not grow with the output.

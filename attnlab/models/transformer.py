@@ -173,11 +173,6 @@ class Transformer(nn.Module):
   source_vocab_size: int
   target_vocab_size: int
 
-  @property
-  def beams_share_memory(self) -> bool:
-    """Beam search tiles the memory per beam (see Seq2Seq.beams_share_memory)."""
-    return False
-
   def setup(self):
     c = self.config
     check_choice('model.transformer.norm', c.transformer.norm, NORMS)

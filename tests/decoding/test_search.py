@@ -390,38 +390,6 @@ def _tiny_model(kind):
   return Seq2Seq(config, 9, 7), 2  # ends after 2, never, never
 
 
-@pytest.mark.parametrize(
-  'attention',
-  [
-    {'score': 'general', 'timing': 'luong', 'input_feeding': True},
-    {'score': 'concat', 'timing': 'bahdanau', 'input_feeding': False},
-    {'score': 'dot', 'timing': 'luong', 'window': 'local_m', 'window_radius': 1},
-    {'score': 'location', 'timing': 'luong', 'window': 'local_p', 'window_radius': 1},
-    {'score': 'scaled_dot', 'timing': 'luong', 'num_heads': 2},
-    {'timing': 'fixed', 'input_feeding': False},
-  ],
-  ids=lambda a: '-'.join(str(v) for v in a.values()),
-)
-def test_beams_reading_one_memory_per_source_search_as_beams_with_a_copy_each(attention):
-  # search_batch hands an attending RNN decoder one memory row per source for all its beams
-  # (DecoderCell._attend takes a source's beams as its queries); the reference tiles the memory
-  # per beam, as every model's decode_step takes it.
-  config = model_config(kind='rnn', embed_dim=8, hidden_size=16, dropout=0.0,
-                        attention={'max_source_length': 8, **attention})
-  model = Seq2Seq(config, 9, 7)
-  assert model.beams_share_memory == (attention['timing'] != 'fixed')
-  src = jnp.array([[5, 6, 7, 8, EOS_ID], [4, 6, EOS_ID, PAD_ID, PAD_ID], [8, 8, 5, EOS_ID, PAD_ID]])
-  variables = jax.jit(model.init)(jax.random.key(2), src, jnp.ones((3, 6), jnp.int32))
-  shared = jax.jit(lambda v: search.search_batch(
-    model, v['params'], src, method='beam', beam_size=3, max_length=6, length_penalty=0.6))
-  tiled = _model_search(model, variables, src, max_length=6)
-  got, want = shared(variables), tiled(3)
-  np.testing.assert_array_equal(got.tokens_BxKxT[:, 0], want.tokens_BxT)
-  np.testing.assert_array_equal(got.lengths_BxK[:, 0], want.lengths_B)
-  np.testing.assert_allclose(got.scores_BxK[:, 0], want.scores_B, rtol=1e-5)
-  np.testing.assert_allclose(got.attention_BxKxTxS[:, 0], want.attention_BxTxS, atol=1e-5)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize('kind', ['transformer', 'rnn'])
 def test_model_greedy_equals_beam1_and_naive_argmax_loop(kind):
