@@ -53,7 +53,7 @@ def token_families() -> tuple[str, ...]:
   after that are found by file name and added to it."""
   known = {font.name for font in font_manager.fontManager.ttflist}
   if not known.issuperset(FALLBACK_FONTS):
-    wanted = {file: family for family, file in FALLBACK_FONTS.items() if family not in known}
+    wanted = {file for family, file in FALLBACK_FONTS.items() if family not in known}
     for path in font_manager.findSystemFonts():
       if os.path.basename(path) in wanted:
         font_manager.fontManager.addfont(path)

@@ -1,5 +1,6 @@
 """writers (metrics.jsonl, TensorBoard event files, progress line) and heatmaps (PNG files)."""
 
+import datetime
 import io
 import json
 import math
@@ -15,6 +16,7 @@ from support.parts import require
 from tensorboard.backend.event_processing import event_accumulator
 from tensorboard.compat.proto import event_pb2
 
+from attnlab.data import dates
 from attnlab.decoding import heatmaps
 from attnlab.rundir import writers
 
@@ -258,10 +260,6 @@ def test_progress_line_without_progress():
 def _dates_characters() -> dict[str, str]:
   """Every character of every month's name and every format the dates task writes: char ->
   the first locale that writes it."""
-  import datetime
-
-  from attnlab.data import dates
-
   chars = {}
   for locale in dates.LOCALES:
     for month in range(1, 13):
