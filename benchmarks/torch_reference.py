@@ -13,9 +13,9 @@ W_k h) are projected once per batch and W_o is applied to all steps at once, as 
 
 Transformer: benchmarks/torch_transformer.py.
 
-Search (`greedy`, `beam`) follows attnlab/decoding/search.py: batched over rows (and beams), never
-emits PAD or BOS, stops once every row is done; beam search keeps finished hypotheses in their own
-set and ranks them with the GNMT length penalty. Everything runs under
+Search (`greedy`, `beam`) follows attnlab/decoding/greedy.py and beam.py: batched over rows (and
+beams), never emits PAD or BOS, stops once every row is done; beam search keeps finished
+hypotheses in their own set and ranks them with the GNMT length penalty. Everything runs under
 `torch.inference_mode()`.
 """
 
@@ -226,7 +226,7 @@ def make_train_step(model: nn.Module, *, learning_rate: float = 3e-3, clip_norm:
 
 
 def _log_probs(logits: torch.Tensor) -> torch.Tensor:
-  """Like attnlab.decoding.search.next_token_log_probs: PAD and BOS are never emitted."""
+  """Like attnlab.decoding.hypotheses.next_token_log_probs: PAD and BOS are never emitted."""
   logits = logits.clone()
   logits[:, [PAD_ID, BOS_ID]] = NEG_INF
   return torch.log_softmax(logits, -1)
@@ -269,7 +269,7 @@ def beam(
   beam_size: int = 5,
   length_penalty: float = 0.6,
 ) -> torch.Tensor:
-  """attnlab/decoding/search.py's beam search (2W candidates, finished set, GNMT penalty),
+  """attnlab/decoding/beam.py's beam search (2W candidates, finished set, GNMT penalty),
   batched."""
   model.eval()
   B, W = src.shape[0], beam_size

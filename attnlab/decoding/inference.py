@@ -43,8 +43,8 @@ from attnlab.config.fields import ConfigError, check_choice
 from attnlab.config.run import SEARCH_METHODS
 from attnlab.data.pipeline import pad_rows, padded_length
 from attnlab.data.vocab import split_text
+from attnlab.decoding import hypotheses, spread
 from attnlab.decoding import search as search_lib
-from attnlab.decoding import spread
 from attnlab.tokens import BOS_ID, UNK_ID
 
 
@@ -246,7 +246,7 @@ class Decoder:
       out_NxT = np.asarray(found.tokens_BxKxT[:, :K]).reshape(src_BxS.shape[0] * K, -1)
       head_weights = jax.device_get(self._heads(self.run.params, src_NxS, out_NxT))
     tgt_vocab = self.run.target_vocab
-    valid_BxK = np.asarray(found.scores_BxK) > search_lib.NEG_INF / 2
+    valid_BxK = np.asarray(found.scores_BxK) > hypotheses.NEG_INF / 2
     for b, (result, ids) in enumerate(members):
       for k in range(nbest):
         if not valid_BxK[b, k]:

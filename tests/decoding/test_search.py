@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from support.config_builders import model_config
 
-from attnlab.decoding import search
+from attnlab.decoding import beam, greedy, hypotheses
 from attnlab.models.seq2seq import Seq2Seq
 from attnlab.models.transformer import Transformer
 from attnlab.tokens import BOS_ID, EOS_ID, PAD_ID
@@ -26,7 +26,7 @@ V, S, T = 5, 3, 4  # tokens PAD, BOS, EOS and two symbols; source length; max_le
 
 def beam_search(step_fn, init_carry, **kwargs):
   """The best finished hypothesis of each row, as evaluation reads beam search's n-best."""
-  return search.beam_search_nbest(step_fn, init_carry, **kwargs).best()
+  return beam.beam_search_nbest(step_fn, init_carry, **kwargs).best()
 
 
 def _table(seed, batch, eos_bias=0.0):
@@ -69,7 +69,7 @@ def _beam(table, *, beam_size, alpha, max_length=T):
 
 @functools.partial(jax.jit, static_argnames=('max_length',))
 def _greedy(table, *, max_length=T):
-  return search.greedy_search(
+  return greedy.greedy_search(
     _toy_step_fn(table),
     _init_carry(table.shape[0]),
     batch_size=table.shape[0],
@@ -172,7 +172,7 @@ def test_beam_matches_plain_python_beam_search(beam_size, alpha):
 
 @functools.partial(jax.jit, static_argnames=('beam_size', 'alpha', 'max_length'))
 def _nbest(table, *, beam_size, alpha, max_length=T):
-  return search.beam_search_nbest(
+  return beam.beam_search_nbest(
     _toy_step_fn(table),
     _init_carry(table.shape[0]),
     batch_size=table.shape[0],
@@ -225,7 +225,7 @@ def test_exhaustive_nbest_is_the_brute_force_top_k():
 def test_nbest_of_greedy_is_a_one_entry_list():
   table = jnp.asarray(_table(2, batch=3, eos_bias=1.0))
   greedy = _greedy(table)
-  one = search.NBestResult.of(greedy)
+  one = hypotheses.NBestResult.of(greedy)
   assert one.tokens_BxKxT.shape == (3, 1, T) and bool(np.all(one.valid_BxK))
   np.testing.assert_array_equal(one.best().tokens_BxT, greedy.tokens_BxT)
   np.testing.assert_array_equal(one.best().attention_BxTxS, greedy.attention_BxTxS)
@@ -250,7 +250,7 @@ def test_exhaustive_beam_finds_brute_force_best(alpha):
 
 @pytest.mark.skipif(jax.default_backend() != 'cpu', reason='a property of XLA:CPU')
 def test_beam_steps_never_sort_a_whole_vocabulary():
-  # search.top_k: XLA:CPU runs lax.top_k as its TopK kernel only if the sorted output is sliced
+  # beam.top_k: XLA:CPU runs lax.top_k as its TopK kernel only if the sorted output is sliced
   # once; beam search's second slice made the W*V selection a full sort of every row (3x the
   # time of a Bible-sized beam batch).
   # How XLA lowers the small selections (2W of the finished and alive pools) may change
@@ -302,7 +302,7 @@ def test_most_probable_token_is_the_first_maximum_of_the_log_probabilities():
   rows[2] = 0.0  # all equal: the first token that may be emitted
   rows[3, 1999] = 1e6  # the last token
   rows[4, [12, 40]] = np.nan
-  token, log_prob = search.most_probable_token(jnp.asarray(rows), BOS_ID)
+  token, log_prob = hypotheses.most_probable_token(jnp.asarray(rows), BOS_ID)
   expected = [3, int(np.argmax(_np_log_softmax(rows[1]))), EOS_ID, 1999]
   expected.append(int(np.argmax(_np_log_softmax(rows[5]))))
   token = np.asarray(token).tolist()
@@ -353,7 +353,7 @@ def test_jit_with_traced_carry_and_expand_to_beams_layout():
   np.testing.assert_array_equal(
     run(_init_carry(2)).tokens_BxT, _beam(table, beam_size=2, alpha=0.6).tokens_BxT
   )
-  tiled = search.expand_to_beams({'x': jnp.array([[1, 2], [3, 4]])}, 3)
+  tiled = hypotheses.expand_to_beams({'x': jnp.array([[1, 2], [3, 4]])}, 3)
   np.testing.assert_array_equal(tiled['x'][:, 0], [1, 1, 1, 3, 3, 3])
   with pytest.raises(ValueError, match='beam_size=0'):
     beam_search(_toy_step_fn(table), _init_carry(2), batch_size=2, beam_size=0, max_length=T)
@@ -368,11 +368,11 @@ def _model_search(model, variables, src_BxS, max_length):
   carry = model.apply(variables, memory, max_length, method=model.init_decode_carry)
 
   def run(beam_size):
-    mem = search.expand_to_beams(memory, max(beam_size, 1))
+    mem = hypotheses.expand_to_beams(memory, max(beam_size, 1))
     step_fn = lambda tok, c: model.apply(variables, mem, tok, c, method=model.decode_step)
     kw = dict(batch_size=src_BxS.shape[0], max_length=max_length)
     if beam_size == 0:
-      return search.greedy_search(step_fn, carry, **kw)
+      return greedy.greedy_search(step_fn, carry, **kw)
     return beam_search(step_fn, carry, beam_size=beam_size, **kw)
 
   return jax.jit(run, static_argnums=0)
