@@ -69,6 +69,7 @@ check: $(TEST_STAMP)
 # trial no other holds (attnlab/sweeps/claims.py): one that finds its experiment all claimed
 # goes on to the next while the other finishes, so no core idles at an experiment's end.
 # dtype comes first: the bfloat16 default on CPUs that have fast bfloat16 waits on its verdict.
+# Each worker's trials run on its own share of the CPUs (attnlab.sweep --cpu_share).
 # Sized for 2 CPU cores, one single-threaded trial per core; on an accelerator:
 # make ablations ABLATION_WORKERS=1 SWEEP_ENV=
 ABLATIONS ?= dtype headlines score_timing bottleneck heads score_timing_bible local_global
@@ -83,9 +84,10 @@ ablations: $(STAMP)
 	  || { echo "error: no such file: experiments/$$name.py" >&2; exit 1; }; done
 	@trap 'trap "" INT TERM; kill -TERM 0; wait; exit 130' INT TERM; pids=; \
 	for worker in $$(seq $(ABLATION_WORKERS)); do \
+	  share=; [ $(ABLATION_WORKERS) -gt 1 ] && share=--cpu_share=$$worker/$(ABLATION_WORKERS); \
 	  ( failed=0; for name in $(ABLATIONS); do \
 	      $(SWEEP_ENV) $(PY) -m attnlab.sweep experiments/$$name.py $(SWEEP_FLAGS) \
-	        --workdir=runs/$$name --archive=results/$$name || failed=1; \
+	        --workdir=runs/$$name --archive=results/$$name $$share || failed=1; \
 	    done; exit $$failed ) & pids="$$pids $$!"; \
 	done; failed=0; for pid in $$pids; do wait $$pid || failed=1; done; exit $$failed
 

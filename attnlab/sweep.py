@@ -2,6 +2,7 @@ r"""Run an experiment file as a sweep of trials, locally or as a SLURM job array
 
     python -m attnlab.sweep experiments/score_timing.py --workdir=runs/score_timing \
         [--parallel=2] [--archive=results/score_timing] [--dry_run] [--backend=local|slurm]
+        [--cpu_share=K/N]
 
 Each trial (attnlab/sweeps/trials.py) runs `python -m attnlab.main` in its own process and
 directory DIR/NAME, so a crash cannot take the sweep down. Every trial's config is checked
@@ -24,8 +25,12 @@ Several sweep processes can work on one sweep (on one host): run the same comman
 each starts only the trials it claims (attnlab/sweeps/claims.py). One that finds nothing left
 to claim ends while the other finishes its trials, so a queue of experiments run by two such
 processes keeps two cores busy where one process with --parallel=2 would idle one at the end of
-each experiment. A trial whose config another experiment beside this one is training waits for
-it and is copied.
+each experiment; --cpu_share=1/2 and 2/2 give each its own half of the CPUs. A trial whose
+config another experiment beside this one is training waits for it and is copied.
+
+Trials running side by side get their own devices (attnlab/sweeps/slots.py): GPUs split
+between them; without GPUs, --parallel=N pins each to its share of the CPUs, where XLA:CPU's
+thread pool then runs on its own cores.
 
 --select=REGEX runs only the trials whose name matches REGEX (re.search), e.g. --select=^g2p for
 the G2P half of experiments/local_global.py: an experiment can be run in parts, in the order a
@@ -50,7 +55,7 @@ from absl import app, flags
 from attnlab import cli, data, storage
 from attnlab.reporting import sweep_report as report_lib
 from attnlab.sweeps import archive as archive_lib
-from attnlab.sweeps import claims, folders, listing, slurm, trial_dirs
+from attnlab.sweeps import claims, folders, listing, slots, slurm, trial_dirs
 from attnlab.sweeps import runner as sweep_runner
 from attnlab.sweeps import shared as shared_lib
 from attnlab.sweeps import trials as trials_lib
@@ -82,6 +87,10 @@ _SIZES = flags.DEFINE_enum(
   'sizes', None, trials_lib.SIZES, 'Model and trial sizes the experiment file picks '
   f'(experiments/sizes.py; default: ${trials_lib.SIZES_VARIABLE}, else cpu): cpu, for CPU '
   'cores, or accelerator, the papers\' widths for a GPU or TPU.'
+)
+_CPU_SHARE = flags.DEFINE_string(
+  'cpu_share', None, 'K/N: run the trials on the K-th of N equal shares of the CPUs this '
+  'process may use, pinned there, for N sweep processes side by side (e.g. 1/2 and 2/2).'
 )
 _PROGRESS_EVERY = flags.DEFINE_float(
   'progress_every', 30.0, 'Seconds between progress lines.', lower_bound=0
@@ -201,6 +210,7 @@ def run_sweep(
   workdir: str,
   *,
   parallel: int = 1,
+  cpu_share: str | None = None,
   dry_run: bool = False,
   backend: str = 'local',
   submit: bool = False,
@@ -215,6 +225,7 @@ def run_sweep(
   python: str = sys.executable,
 ) -> int:
   """Runs (or lists) the sweep; returns the exit code: 0 when every trial finished."""
+  share_of_cpus = None if cpu_share is None else slots.parse_share(cpu_share)
   experiment = trials_lib.load_experiment(experiment_path)
   check_folders(experiment, workdir, archive)
   trials = list(experiment.trials)
@@ -244,8 +255,9 @@ def run_sweep(
     f'run{selected}, {len(errors)} invalid -> {workdir}',
     out,
   )
-  runner = local_runner(workdir, configs, parallel=parallel, archive=archive, share=share,
-                        progress_every=progress_every, python=python, out=out)
+  runner = local_runner(workdir, configs, parallel=parallel, cpu_share=share_of_cpus,
+                        archive=archive, share=share, progress_every=progress_every,
+                        python=python, out=out)
   for trial in trials:
     if trial.name in errors:
       runner.record_invalid(trial, errors[trial.name])
@@ -287,13 +299,15 @@ def check_folders(experiment, workdir: str, archive: str | None) -> None:
 
 
 def local_runner(workdir: str, configs: dict, *, parallel: int, archive: str | None, share: bool,
-                 progress_every: float, python: str, out=None) -> sweep_runner.LocalRunner:
+                 progress_every: float, python: str, cpu_share: tuple[int, int] | None = None,
+                 out=None) -> sweep_runner.LocalRunner:
   steps = {name: config.train.num_steps for name, config in configs.items()}
   sharing = bool(archive and share)
   return sweep_runner.LocalRunner(
     workdir,
     steps,
     parallel=max(parallel, 1),
+    cpu_share=cpu_share,
     archive=archive,
     progress_every=progress_every,
     python=python,
@@ -329,6 +343,7 @@ def main(argv):
       argv[1],
       _WORKDIR.value,
       parallel=_PARALLEL.value,
+      cpu_share=_CPU_SHARE.value,
       dry_run=_DRY_RUN.value,
       backend=_BACKEND.value,
       submit=_SUBMIT.value,

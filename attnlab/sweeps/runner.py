@@ -89,6 +89,7 @@ class LocalRunner:
     workdir: the sweep directory.
     total_steps: trial name -> train.num_steps, for the progress display.
     parallel: trials running at once.
+    cpu_share: (K, N): run on the K-th of N shares of this process's CPUs (slots.py).
     archive: a folder that gets a copy of each trial as it finishes (attnlab/sweeps/archive.py).
     progress_every: seconds between progress lines (one also comes whenever a trial ends).
     python: the interpreter that runs `-m attnlab.main`.
@@ -106,6 +107,7 @@ class LocalRunner:
     total_steps: dict[str, int],
     *,
     parallel: int = 1,
+    cpu_share: tuple[int, int] | None = None,
     archive: str | None = None,
     progress_every: float = 30.0,
     poll: float = 0.5,
@@ -128,7 +130,7 @@ class LocalRunner:
     self._running: dict[str, tuple[Trial, subprocess.Popen, float, int, claims.Claim]] = {}
     self._waiting: dict[str, float] = {}  # trial name -> when to try it again
     self._progress = Progress(workdir, total_steps, progress_every)
-    self._slots = slots.plan(parallel)  # the devices of each trial running at once
+    self._slots = slots.plan(parallel, share=cpu_share)  # the devices of each trial at once
     self._free_slots = list(range(parallel))
     self._slot_of: dict[str, int] = {}
 
@@ -159,7 +161,7 @@ class LocalRunner:
     self._progress.start(trials)
     last_progress = time.monotonic()
     done_before = self._progress.ended(self._running)  # a progress line whenever it changes
-    if queue and any(slot.env for slot in self._slots):
+    if queue and any(slot.has_own_devices for slot in self._slots):
       self._print('devices: ' + '; '.join(f'slot {slot.index}: {slot.devices}'
                                           for slot in self._slots))
     try:
@@ -259,6 +261,7 @@ class LocalRunner:
         stderr=subprocess.STDOUT,
         env={**subprocess_env(), **self._slots[slot].env},
         cwd=os.getcwd(),
+        preexec_fn=self._slots[slot].pin if self._slots[slot].cpus is not None else None,
       )
     write_status(
       directory,
@@ -275,7 +278,8 @@ class LocalRunner:
     )
     self._running[trial.name] = (trial, process, time.monotonic(), offset, claim)
     self._slot_of[trial.name] = slot
-    where = f' (slot {slot}: {self._slots[slot].devices})' if self._slots[slot].env else ''
+    where = (f' (slot {slot}: {self._slots[slot].devices})'
+             if self._slots[slot].has_own_devices else '')
     self._print(f'[start] {trial.name}{where}{_resume_note(directory, killed)}')
 
   def _finish(self, name: str) -> str:

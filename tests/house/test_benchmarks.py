@@ -11,6 +11,7 @@
 import json
 import os
 import re
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -312,3 +313,29 @@ def test_cores_settings_train_the_matched_network_on_their_devices():
     single = '--xla_cpu_multi_thread_eigen=false' in flags
     assert single == (name == 'devices')
     assert ('device_count={n}' in flags) == (name != 'threads')
+
+
+# Stands in for one `attnlab.main` training: logs a rate that says which CPUs it may use.
+FAKE_TRAINING = """
+import json, os, sys
+os.makedirs(sys.argv[1])
+cpus = sorted(os.sched_getaffinity(0))
+assert os.environ['XLA_FLAGS'] == '--xla_cpu_multi_thread_eigen=false', os.environ['XLA_FLAGS']
+with open(os.path.join(sys.argv[1], 'metrics.jsonl'), 'w') as f:
+  for step in (50, 100, 150):
+    f.write(json.dumps({'split': 'train', 'step': step, 'tokens_per_sec': 1000 + cpus[0]}) + '\\n')
+"""
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason='two halves of the CPUs need 2')
+def test_side_by_side_settings_run_two_trainings_pinned_or_not(monkeypatch):
+  monkeypatch.setattr(cores, '_command', lambda task, workdir, steps, devices: [
+      sys.executable, '-c', FAKE_TRAINING, workdir])
+  task = cores.tasks.TASKS['g2p']
+  cpus = sorted(os.sched_getaffinity(0))
+  first_of_second_half = cpus[len(cpus) // 2]
+  pinned = cores.run_setting(task, 'pinned_side_by_side', 150, len(cpus))
+  assert pinned['each'] == [1000 + cpus[0], 1000 + first_of_second_half]
+  assert pinned['tokens_per_s'] == sum(pinned['each'])
+  placed = cores.run_setting(task, 'side_by_side', 150, len(cpus))
+  assert placed['each'] == [1000 + cpus[0]] * 2  # both may use every CPU

@@ -133,7 +133,8 @@ def test_make_ablations_sweeps_every_archived_experiment_after_those_it_copies_f
     assert order.index(donor) < order.index(sharer)
   workers = _make_ablations()  # the default: two workers, each through the whole list
   assert workers.returncode == 0, workers.stderr
-  assert sorted(workers.stdout.splitlines()) == sorted(run.stdout.splitlines() * 2)
+  assert sorted(workers.stdout.splitlines()) == sorted(
+    f'{line} --cpu_share={worker}/2' for line in run.stdout.splitlines() for worker in (1, 2))
 
 
 def test_make_ablations_refuses_an_unknown_experiment_before_running_any():

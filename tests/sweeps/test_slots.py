@@ -30,6 +30,7 @@ args = dict(a.split('=', 1) for a in sys.argv[3:])
 folder = os.environ['SLOTS_SEEN']
 seen = {{k: os.environ.get(k) for k in ('CUDA_VISIBLE_DEVICES', 'XLA_FLAGS',
                                         'XLA_PYTHON_CLIENT_MEM_FRACTION')}}
+seen['cpus'] = sorted(os.sched_getaffinity(0))
 with open(os.path.join(folder, 'seed' + args['--config.seed']), 'w') as f:
   json.dump(seen, f)
 deadline = time.monotonic() + 120
@@ -56,15 +57,37 @@ def test_more_slots_than_gpus_share_them_and_their_memory():
   assert planned[0].devices == 'GPU 0 (38% of its memory)'
 
 
-def test_simulated_cpu_devices_are_divided_and_a_plain_cpu_is_shared(monkeypatch):
+def test_without_gpus_each_slot_is_pinned_to_its_own_cpus(monkeypatch):
   monkeypatch.setattr(slots.shutil, 'which', lambda name: None)  # no nvidia-smi here
+  planned = slots.plan(2, {}, cpus=[0, 1])
+  assert [(s.env, s.cpus, s.devices) for s in planned] == [({}, (0,), 'CPU 0'),
+                                                           ({}, (1,), 'CPU 1')]
+  assert [s.cpus for s in slots.plan(2, {'CUDA_VISIBLE_DEVICES': ''}, cpus=[0, 1])] == [
+      (0,), (1,)]
+  assert [s.devices for s in slots.plan(3, {}, cpus=list(range(8)))] == [
+      'CPUs 0-1', 'CPUs 2-4', 'CPUs 5-7']
+  assert [s.cpus for s in slots.plan(3, {}, cpus=[4, 6])] == [(4,), (6,), (4,)]  # take turns
+  assert [s.devices for s in slots.plan(2, {}, cpus=[0, 2, 4, 6])] == ['CPUs 0,2', 'CPUs 4,6']
+
+
+def test_one_slot_or_an_unknown_cpu_set_is_not_pinned(monkeypatch):
+  monkeypatch.setattr(slots.shutil, 'which', lambda name: None)
+  for planned in (slots.plan(1, {}, cpus=[0, 1]), slots.plan(2, {}, cpus=[])):
+    assert all((s.env, s.cpus, s.devices) == ({}, None, 'the shared machine') for s in planned)
+    assert not any(s.has_own_devices for s in planned)
+
+
+def test_simulated_cpu_devices_are_divided_with_the_cpus(monkeypatch):
+  monkeypatch.setattr(slots.shutil, 'which', lambda name: None)
   flags = {'XLA_FLAGS': '--xla_cpu_multi_thread_eigen=false '
                         '--xla_force_host_platform_device_count=8'}
-  assert [s.env for s in slots.plan(2, flags)] == [
+  planned = slots.plan(2, flags, cpus=[0, 1, 2, 3])
+  assert [s.env for s in planned] == [
       {'XLA_FLAGS': '--xla_cpu_multi_thread_eigen=false '
                     '--xla_force_host_platform_device_count=4'}] * 2
-  assert [s.env for s in slots.plan(2, {})] == [{}, {}]
-  assert [s.env for s in slots.plan(2, {'CUDA_VISIBLE_DEVICES': ''})] == [{}, {}]
+  assert [(s.cpus, s.devices) for s in planned] == [
+      ((0, 1), 'CPUs 0-1, 4 simulated CPU devices'), ((2, 3), 'CPUs 2-3, 4 simulated CPU devices')]
+  assert [s.env for s in slots.plan(1, flags, cpus=[0, 1])] == [{}]  # one trial keeps all 8
 
 
 def test_nvidia_smi_names_the_gpus_when_no_variable_does(monkeypatch):
@@ -76,13 +99,22 @@ def test_nvidia_smi_names_the_gpus_when_no_variable_does(monkeypatch):
   assert slots.visible_gpus({}) == ['0', '1']
 
 
-@pytest.mark.parametrize('env, expected', [
-    ({'XLA_FLAGS': '--xla_force_host_platform_device_count=8'},
+ALLOWED_CPUS = slots.allowed_cpus()
+CPU_HALVES = [ALLOWED_CPUS[:len(ALLOWED_CPUS) // 2], ALLOWED_CPUS[len(ALLOWED_CPUS) // 2:]]
+
+
+@pytest.mark.parametrize('env, key, expected', [
+    ({'XLA_FLAGS': '--xla_force_host_platform_device_count=8'}, 'XLA_FLAGS',
      ['--xla_force_host_platform_device_count=4'] * 2),
-    ({'CUDA_VISIBLE_DEVICES': '0,1,2,3,4,5,6,7'}, ['0,1,2,3', '4,5,6,7']),
+    ({'XLA_FLAGS': '--xla_force_host_platform_device_count=8'}, 'cpus', CPU_HALVES),
+    ({}, 'cpus', CPU_HALVES),
+    ({'CUDA_VISIBLE_DEVICES': '0,1,2,3,4,5,6,7'}, 'CUDA_VISIBLE_DEVICES', ['0,1,2,3', '4,5,6,7']),
+    ({'CUDA_VISIBLE_DEVICES': '0,1,2,3,4,5,6,7'}, 'cpus', [ALLOWED_CPUS] * 2),  # GPUs: not pinned
 ])
 def test_two_trials_running_at_once_see_their_own_devices(tmp_path, monkeypatch, fake_python,
-                                                          env, expected):
+                                                          env, key, expected):
+  if key == 'cpus' and len(ALLOWED_CPUS) < 2:
+    pytest.skip(f'pinning needs 2 CPUs; this process may use {len(ALLOWED_CPUS)}')
   runner_python = tmp_path / 'slot_python'
   runner_python.write_text(SLOT_MAIN.format(python=sys.executable, fake=fake_python))
   runner_python.chmod(0o755)
@@ -90,8 +122,8 @@ def test_two_trials_running_at_once_see_their_own_devices(tmp_path, monkeypatch,
   seen.mkdir()
   monkeypatch.setenv('SLOTS_SEEN', str(seen))
   monkeypatch.delenv('CUDA_VISIBLE_DEVICES', raising=False)
-  for key, value in env.items():
-    monkeypatch.setenv(key, value)
+  for name, value in env.items():
+    monkeypatch.setenv(name, value)
   path = write_experiment(tmp_path, SEEDS)
   out = io.StringIO()
   started = time.monotonic()
@@ -99,7 +131,6 @@ def test_two_trials_running_at_once_see_their_own_devices(tmp_path, monkeypatch,
                          python=str(runner_python))
   assert code == 0, out.getvalue()
   assert time.monotonic() - started < 100, 'two trials never ran at once'
-  key = 'XLA_FLAGS' if 'XLA_FLAGS' in env else 'CUDA_VISIBLE_DEVICES'
   first_two = {}
   for line in out.getvalue().splitlines():
     match = re.match(r'\[start\] seed=(\d+) \(slot (\d)', line)
@@ -110,4 +141,60 @@ def test_two_trials_running_at_once_see_their_own_devices(tmp_path, monkeypatch,
     with open(seen / f'seed{seed}') as f:
       assert json.load(f)[key] == expected[slot]
   assert out.getvalue().count('devices: slot 0: ') == 1
+  assert len(os.listdir(seen)) == 4
+
+
+def test_a_cpu_share_narrows_every_slot_to_its_part_of_the_cpus(monkeypatch):
+  monkeypatch.setattr(slots.shutil, 'which', lambda name: None)
+  assert [s.cpus for s in slots.plan(1, {}, cpus=[0, 1, 2, 3], share=(2, 2))] == [(2, 3)]
+  assert [s.cpus for s in slots.plan(2, {}, cpus=list(range(8)), share=(1, 2))] == [(0, 1),
+                                                                                   (2, 3)]
+  assert [s.cpus for s in slots.plan(1, {}, cpus=[0], share=(2, 2))] == [(0,)]  # take turns
+  on_gpus = slots.plan(2, {'CUDA_VISIBLE_DEVICES': '0,1'}, cpus=[0, 1, 2, 3], share=(2, 2))
+  assert [(s.env, s.cpus, s.devices) for s in on_gpus] == [
+      ({'CUDA_VISIBLE_DEVICES': '0'}, (2, 3), 'GPUs 0, CPUs 2-3'),
+      ({'CUDA_VISIBLE_DEVICES': '1'}, (2, 3), 'GPUs 1, CPUs 2-3')]
+
+
+@pytest.mark.parametrize('text', ['0/2', '3/2', '1', 'a/b', '', '1/0'])
+def test_a_bad_cpu_share_is_one_error_before_anything_is_written(tmp_path, text):
+  path = write_experiment(tmp_path, SEEDS)
+  with pytest.raises(slots.SweepError, match=r"^--cpu_share='.*': give K/N with 1 <= K <= N"):
+    sweep.run_sweep(path, str(tmp_path / 'runs'), cpu_share=text, report=False)
+  assert not (tmp_path / 'runs').exists()
+  assert slots.parse_share(' 2 / 3 ') == (2, 3)
+
+
+# Records the CPUs it may run on, then goes on as conftest.py's fake trial.
+AFFINITY_MAIN = """\
+#!{python}
+import json, os, sys
+args = dict(a.split('=', 1) for a in sys.argv[3:])
+with open(os.path.join(os.environ['SLOTS_SEEN'], 'seed' + args['--config.seed']), 'w') as f:
+  json.dump(sorted(os.sched_getaffinity(0)), f)
+os.execv({fake!r}, [{fake!r}, *sys.argv[1:]])
+"""
+
+
+@pytest.mark.skipif(len(ALLOWED_CPUS) < 2, reason='a share of the CPUs needs 2 of them')
+@pytest.mark.parametrize('share, expected', [('1/2', CPU_HALVES[0]), ('2/2', CPU_HALVES[1]),
+                                             (None, ALLOWED_CPUS)])
+def test_a_sweep_with_a_cpu_share_runs_its_trials_there(tmp_path, monkeypatch, fake_python,
+                                                        share, expected):
+  runner_python = tmp_path / 'affinity_python'
+  runner_python.write_text(AFFINITY_MAIN.format(python=sys.executable, fake=fake_python))
+  runner_python.chmod(0o755)
+  seen = tmp_path / 'seen'
+  seen.mkdir()
+  monkeypatch.setenv('SLOTS_SEEN', str(seen))
+  monkeypatch.delenv('CUDA_VISIBLE_DEVICES', raising=False)
+  monkeypatch.setattr(slots.shutil, 'which', lambda name: None)
+  path = write_experiment(tmp_path, SEEDS)
+  out = io.StringIO()
+  code = sweep.run_sweep(path, str(tmp_path / 'runs'), cpu_share=share, report=False, out=out,
+                         python=str(runner_python))
+  assert code == 0, out.getvalue()
+  for name in os.listdir(seen):
+    with open(seen / name) as f:
+      assert json.load(f) == expected
   assert len(os.listdir(seen)) == 4
