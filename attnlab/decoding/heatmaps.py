@@ -90,11 +90,14 @@ def _draw_fitting_titles(fig: Figure, titles: dict) -> None:
   than its axes (measured after layout), so that neighbouring panels' long variant labels
   ('score=general, timing=bahdanau, input_feeding=False') do not run into each other. The
   canvas keeps the last drawing, which `_save` writes as it is: each drawing runs the
-  constrained layout, most of a heatmap's cost."""
+  constrained layout, most of a heatmap's cost. It draws at least twice: the layout's first
+  pass over a fresh figure puts the titles at its top edge and a grid's rows against each
+  other; the second leaves room."""
   canvas = FigureCanvasAgg(fig)
   for attempt in range(5):  # the constrained layout moves the axes as titles grow taller
     canvas.draw()
-    if attempt == 4 or not _rewrap_titles(titles, canvas.get_renderer()):
+    rewrapped = _rewrap_titles(titles, canvas.get_renderer())
+    if attempt == 4 or (attempt >= 1 and not rewrapped):
       return
 
 

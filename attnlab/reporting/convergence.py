@@ -132,12 +132,21 @@ def _evaluations(n: int) -> str:
   return f'{n} evaluation' + ('' if n == 1 else 's')
 
 
-def _stop_line(ended_by: str | None, after: int | None, last: int, patience) -> str:
+def _stop_line(ended_by: str | None, after: int | None, last: int, chosen: dict) -> str:
+  patience, min_improvement = chosen.get('patience'), chosen.get('min_improvement') or 0
   if ended_by == PATIENCE:
-    return (
-      f'patience ended the run at step {last:,}: {_evaluations(after)} without a {DEV} gain '
-      f'(train.patience={patience})'
-    )
+    if not min_improvement:  # every improvement was a gain: the evaluations after the best
+      return (
+        f'patience ended the run at step {last:,}: {_evaluations(after)} without a {DEV} gain '
+        f'(train.patience={patience})'
+      )
+    # A gain needs min_improvement points, so the best can come after the last gain.
+    line = (f'patience ended the run at step {last:,}: train.patience={patience} {DEV} '
+            f'evaluations in a row without a gain of {min_improvement:g} points '
+            '(train.min_improvement)')
+    if after is not None and after < patience:
+      line += f'; the best, {_evaluations(after)} before the end, improved by less'
+    return line
   if ended_by == FLOOR:
     return (
       f'the learning-rate floor ended the run at step {last:,}, {_evaluations(after)} after '
@@ -174,7 +183,7 @@ def assess(final: dict | None, events: Iterable[dict]) -> Convergence:
   running = best_so_far(curve, metric)
   before = [(s, b) for s, b in running if s <= start]
   in_window = sum(s >= start for s, _ in curve)
-  stop = _stop_line(ended_by, after, last, chosen.get('patience'))
+  stop = _stop_line(ended_by, after, last, chosen)
   if in_window < MIN_EVALUATIONS or not before:
     if early:  # patience decided; the curve is too coarse to add a movement
       return Convergence(EARLY_STOPPED, stop, None, None, in_window, **facts)

@@ -126,6 +126,26 @@ def test_an_early_stop_on_a_flat_curve_is_convergence():
   assert coarse.still_improving is None
 
 
+def test_a_patience_stop_after_a_best_smaller_than_a_gain_says_so():
+  # train.min_improvement 0.1 BLEU: 36.15 at 17,000 is the last gain; 36.21 at 20,000 is the
+  # best (selected) but 0.06 over it, so 18, 19 and 20 thousand are 3 evaluations without a gain.
+  curve = {15000: 35.81, 16000: 35.52, 17000: 36.15, 18000: 35.78, 19000: 36.10, 20000: 36.21}
+  final = _final('bleu', 20000, 20000, stopped_early=True, patience=3)
+  final['selection'].update(min_improvement=0.1, ended_by='patience')
+  c = assess(final, _events('bleu', curve))
+  assert (c.ended_by, c.evaluations_after_best) == (PATIENCE, 0)
+  assert c.reason.startswith(
+    'patience ended the run at step 20,000: train.patience=3 dev evaluations in a row without a '
+    'gain of 0.1 points (train.min_improvement); the best, 0 evaluations before the end, '
+    'improved by less; dev bleu moved'
+  )
+  final['selection']['best_step'] = 17000  # the best was the last gain: nothing to add
+  assert assess(final, _events('bleu', {**curve, 20000: 36.0})).reason.startswith(
+    'patience ended the run at step 20,000: train.patience=3 dev evaluations in a row without a '
+    'gain of 0.1 points (train.min_improvement); dev bleu moved'
+  )
+
+
 def test_how_a_run_ended_is_read_from_the_evaluations_after_its_best():
   # Patience 3, plateau cuts after 1 evaluation without a gain: a stop with fewer than 3
   # evaluations after the best can only be the learning-rate floor (train/start.py checks the

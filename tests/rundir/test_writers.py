@@ -212,6 +212,27 @@ def test_save_heatmap_grid(tmp_path):
   assert path.read_bytes()[:8] == PNG_MAGIC
 
 
+def test_a_grid_leaves_room_around_its_titles(tmp_path, monkeypatch):
+  # Two rows of G2P-sized panels, as a sweep report draws them: in the drawing written, every
+  # title clears the figure's top and each row's x label clears the next row's titles.
+  figures, real_save = [], heatmaps._save
+  monkeypatch.setattr(heatmaps, '_save', lambda fig, path: (figures.append(fig),
+                                                            real_save(fig, path)))
+  source, output = [*'portell', '<eos>'], ['P', 'AO', 'R', 'T', 'EH', 'L', '<eos>']
+  panels = [(f'dtype={d}\n#{i} (seed 0)', np.eye(7, 8), source, output)
+            for i in range(2) for d in ('float32', 'bfloat16', 'bfloat16_matmuls')]
+  heatmaps.save_heatmap_grid(tmp_path / 'grid.png', panels, ncols=3)
+  (fig,) = figures
+  renderer = fig.canvas.get_renderer()
+  top, bottom = fig.axes[0:3], fig.axes[3:6]
+  for ax in top + bottom:
+    assert fig.bbox.height - ax.title.get_window_extent(renderer).y1 > 3, ax.get_title()
+  for upper, lower in zip(top, bottom, strict=True):
+    gap = upper.xaxis.label.get_window_extent(renderer).y0 - lower.title.get_window_extent(
+      renderer).y1
+    assert gap > 5, (upper.get_title(), gap)
+
+
 @pytest.mark.slow
 def test_long_panel_titles_wrap_to_their_panels(tmp_path, monkeypatch):
   # A sweep's grid (9 variants x 2 examples): its labels are wider than a small panel.
