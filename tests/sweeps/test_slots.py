@@ -99,6 +99,18 @@ def test_nvidia_smi_names_the_gpus_when_no_variable_does(monkeypatch):
   assert slots.visible_gpus({}) == ['0', '1']
 
 
+def _recording_python(tmp_path, monkeypatch, template: str, fake_python):
+  """The interpreter the sweep starts (`template` filled in) and the folder it records in."""
+  runner_python = tmp_path / 'recording_python'
+  runner_python.write_text(template.format(python=sys.executable, fake=fake_python))
+  runner_python.chmod(0o755)
+  seen = tmp_path / 'seen'
+  seen.mkdir()
+  monkeypatch.setenv('SLOTS_SEEN', str(seen))
+  monkeypatch.delenv('CUDA_VISIBLE_DEVICES', raising=False)
+  return runner_python, seen
+
+
 ALLOWED_CPUS = slots.allowed_cpus()
 CPU_HALVES = [ALLOWED_CPUS[:len(ALLOWED_CPUS) // 2], ALLOWED_CPUS[len(ALLOWED_CPUS) // 2:]]
 
@@ -115,13 +127,7 @@ def test_two_trials_running_at_once_see_their_own_devices(tmp_path, monkeypatch,
                                                           env, key, expected):
   if key == 'cpus' and len(ALLOWED_CPUS) < 2:
     pytest.skip(f'pinning needs 2 CPUs; this process may use {len(ALLOWED_CPUS)}')
-  runner_python = tmp_path / 'slot_python'
-  runner_python.write_text(SLOT_MAIN.format(python=sys.executable, fake=fake_python))
-  runner_python.chmod(0o755)
-  seen = tmp_path / 'seen'
-  seen.mkdir()
-  monkeypatch.setenv('SLOTS_SEEN', str(seen))
-  monkeypatch.delenv('CUDA_VISIBLE_DEVICES', raising=False)
+  runner_python, seen = _recording_python(tmp_path, monkeypatch, SLOT_MAIN, fake_python)
   for name, value in env.items():
     monkeypatch.setenv(name, value)
   path = write_experiment(tmp_path, SEEDS)
@@ -181,13 +187,7 @@ os.execv({fake!r}, [{fake!r}, *sys.argv[1:]])
                                              (None, ALLOWED_CPUS)])
 def test_a_sweep_with_a_cpu_share_runs_its_trials_there(tmp_path, monkeypatch, fake_python,
                                                         share, expected):
-  runner_python = tmp_path / 'affinity_python'
-  runner_python.write_text(AFFINITY_MAIN.format(python=sys.executable, fake=fake_python))
-  runner_python.chmod(0o755)
-  seen = tmp_path / 'seen'
-  seen.mkdir()
-  monkeypatch.setenv('SLOTS_SEEN', str(seen))
-  monkeypatch.delenv('CUDA_VISIBLE_DEVICES', raising=False)
+  runner_python, seen = _recording_python(tmp_path, monkeypatch, AFFINITY_MAIN, fake_python)
   monkeypatch.setattr(slots.shutil, 'which', lambda name: None)
   path = write_experiment(tmp_path, SEEDS)
   out = io.StringIO()
