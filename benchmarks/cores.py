@@ -78,8 +78,9 @@ def run_setting(task, name: str, steps: int, cores: int) -> dict:
       processes.append(subprocess.Popen(
         _command(task, workdir, steps, devices), env=dict(os.environ, JAX_PLATFORMS='cpu',
                                                            XLA_FLAGS=flags),
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        preexec_fn=None if cpus is None else lambda cpus=cpus: os.sched_setaffinity(0, cpus)))
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+      if cpus is not None:
+        slots.pin_started(processes[-1].pid, cpus)
     errors = [process.communicate()[1] for process in processes]
     wall = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -261,8 +261,8 @@ class LocalRunner:
         stderr=subprocess.STDOUT,
         env={**subprocess_env(), **self._slots[slot].env},
         cwd=os.getcwd(),
-        preexec_fn=self._slots[slot].pin if self._slots[slot].cpus is not None else None,
       )
+      self._slots[slot].pin(process.pid)
     write_status(
       directory,
       {

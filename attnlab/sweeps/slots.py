@@ -7,9 +7,9 @@ Each slot gets the environment of its trial processes:
   5-7). With more slots than GPUs, slots share GPUs round-robin and each takes its share of
   their memory (XLA_PYTHON_CLIENT_MEM_FRACTION) instead of JAX's default 75%.
 - no GPU, more than one slot: the CPUs the sweep may run on, split the same way, each slot's
-  trials pinned to its group (sched_setaffinity before they start). XLA:CPU sizes its thread
-  pool from the CPUs a process may use, so a pinned trial computes on its own cores instead of
-  two pools taking turns on all of them (`python -m benchmarks.cores
+  trials pinned to its group (sched_setaffinity as each starts, before JAX makes its threads).
+  XLA:CPU sizes its thread pool from the CPUs a process may use, so a pinned trial computes on
+  its own cores instead of two pools taking turns on all of them (`python -m benchmarks.cores
   --settings=side_by_side,pinned_side_by_side` measures it). With
   XLA_FLAGS=--xla_force_host_platform_device_count=N each slot also gets N / parallel of the
   simulated devices.
@@ -46,10 +46,21 @@ class Slot:
   def has_own_devices(self) -> bool:
     return bool(self.env) or self.cpus is not None
 
-  def pin(self) -> None:
-    """Pins the calling process (a trial's, between fork and exec) to the slot's CPUs."""
+  def pin(self, pid: int) -> None:
+    """Pins a trial process just started to the slot's CPUs (nothing without them)."""
     if self.cpus is not None:
-      os.sched_setaffinity(0, self.cpus)
+      pin_started(pid, self.cpus)
+
+
+def pin_started(pid: int, cpus) -> None:
+  """Pins process `pid`, just started, to `cpus`: the affinity of its main thread, which every
+  thread it starts inherits. Set from here rather than in the child between fork and exec (a
+  forked copy of a multithreaded parent such as the sweep can deadlock there); the child's
+  first threads come seconds later, with JAX. A process that has already ended is left be."""
+  try:
+    os.sched_setaffinity(pid, cpus)
+  except ProcessLookupError:
+    pass
 
 
 def visible_gpus(env) -> list[str]:

@@ -317,8 +317,9 @@ def test_cores_settings_train_the_matched_network_on_their_devices():
 
 # Stands in for one `attnlab.main` training: logs a rate that says which CPUs it may use.
 FAKE_TRAINING = """
-import json, os, sys
+import json, os, sys, time
 os.makedirs(sys.argv[1])
+time.sleep(0.5)  # pinned as it starts, as attnlab.main is long before JAX makes its threads
 cpus = sorted(os.sched_getaffinity(0))
 assert os.environ['XLA_FLAGS'] == '--xla_cpu_multi_thread_eigen=false', os.environ['XLA_FLAGS']
 with open(os.path.join(sys.argv[1], 'metrics.jsonl'), 'w') as f:

@@ -30,6 +30,7 @@ args = dict(a.split('=', 1) for a in sys.argv[3:])
 folder = os.environ['SLOTS_SEEN']
 seen = {{k: os.environ.get(k) for k in ('CUDA_VISIBLE_DEVICES', 'XLA_FLAGS',
                                         'XLA_PYTHON_CLIENT_MEM_FRACTION')}}
+time.sleep(0.5)  # the sweep pins a trial as it starts: a real one reaches JAX seconds later
 seen['cpus'] = sorted(os.sched_getaffinity(0))
 with open(os.path.join(folder, 'seed' + args['--config.seed']), 'w') as f:
   json.dump(seen, f)
@@ -171,10 +172,12 @@ def test_a_bad_cpu_share_is_one_error_before_anything_is_written(tmp_path, text)
   assert slots.parse_share(' 2 / 3 ') == (2, 3)
 
 
-# Records the CPUs it may run on, then goes on as conftest.py's fake trial.
+# Records the CPUs it may run on (after a moment, as SLOT_MAIN), then goes on as conftest.py's
+# fake trial.
 AFFINITY_MAIN = """\
 #!{python}
-import json, os, sys
+import json, os, sys, time
+time.sleep(0.5)
 args = dict(a.split('=', 1) for a in sys.argv[3:])
 with open(os.path.join(os.environ['SLOTS_SEEN'], 'seed' + args['--config.seed']), 'w') as f:
   json.dump(sorted(os.sched_getaffinity(0)), f)
