@@ -226,6 +226,9 @@ def run_sweep(
 ) -> int:
   """Runs (or lists) the sweep; returns the exit code: 0 when every trial finished."""
   share_of_cpus = None if cpu_share is None else slots.parse_share(cpu_share)
+  if share_of_cpus and backend == 'slurm':
+    raise SweepError('--cpu_share pins the trials of a local sweep; SLURM gives each task its '
+                     "CPUs (e.g. --sbatch_args='--cpus-per-task=4')")
   experiment = trials_lib.load_experiment(experiment_path)
   check_folders(experiment, workdir, archive)
   trials = list(experiment.trials)

@@ -172,6 +172,13 @@ def test_a_bad_cpu_share_is_one_error_before_anything_is_written(tmp_path, text)
   assert slots.parse_share(' 2 / 3 ') == (2, 3)
 
 
+def test_a_cpu_share_is_refused_for_slurm(tmp_path):
+  path = write_experiment(tmp_path, SEEDS)
+  with pytest.raises(slots.SweepError, match='^--cpu_share pins the trials of a local sweep; '):
+    sweep.run_sweep(path, str(tmp_path / 'runs'), cpu_share='1/2', backend='slurm')
+  assert not (tmp_path / 'runs').exists()
+
+
 # Records the CPUs it may run on (after a moment, as SLOT_MAIN), then goes on as conftest.py's
 # fake trial.
 AFFINITY_MAIN = """\
