@@ -134,16 +134,17 @@ def plan(parallel: int, env=os.environ, cpus: list[int] | None = None,
                  f'GPU {gpus[i % len(gpus)]} ({float(fraction):.0%} of its memory){on_cpus}',
                  own_cpus)
             for i in range(parallel)]
-  if not cpus or (parallel == 1 and not pinned):
-    return [Slot(i, {}, 'the shared machine') for i in range(parallel)]
-  if len(cpus) >= parallel:
-    groups = _split(cpus, parallel)
-  else:  # more slots than CPUs: they take turns on them
-    groups = [[cpus[i % len(cpus)]] for i in range(parallel)]
   flags = env.get('XLA_FLAGS', '')
   simulated = _SIMULATED.search(flags)
   each = max(1, int(simulated.group(1)) // parallel) if simulated and parallel > 1 else 0
   own = {'XLA_FLAGS': _SIMULATED.sub(f'{CPU_DEVICE_COUNT_FLAG}={each}', flags)} if each else {}
-  simulated_names = f', {each} simulated CPU devices' if each else ''
-  return [Slot(i, own, _cpu_names(group) + simulated_names, tuple(group))
+  simulated_names = f'{each} simulated CPU devices' if each else ''
+  if not cpus or (parallel == 1 and not pinned):
+    return [Slot(i, own, simulated_names or 'the shared machine') for i in range(parallel)]
+  if len(cpus) >= parallel:
+    groups = _split(cpus, parallel)
+  else:  # more slots than CPUs: they take turns on them
+    groups = [[cpus[i % len(cpus)]] for i in range(parallel)]
+  return [Slot(i, own, ', '.join(filter(None, [_cpu_names(group), simulated_names])),
+               tuple(group))
           for i, group in enumerate(groups)]

@@ -89,6 +89,9 @@ def test_simulated_cpu_devices_are_divided_with_the_cpus(monkeypatch):
   assert [(s.cpus, s.devices) for s in planned] == [
       ((0, 1), 'CPUs 0-1, 4 simulated CPU devices'), ((2, 3), 'CPUs 2-3, 4 simulated CPU devices')]
   assert [s.env for s in slots.plan(1, flags, cpus=[0, 1])] == [{}]  # one trial keeps all 8
+  unknown = slots.plan(2, flags, cpus=[])  # a platform that does not say: devices split alone
+  assert [(s.env, s.cpus, s.devices) for s in unknown] == [
+      (planned[0].env, None, '4 simulated CPU devices')] * 2
 
 
 def test_nvidia_smi_names_the_gpus_when_no_variable_does(monkeypatch):
