@@ -1,7 +1,7 @@
 """`python -m attnlab.explore --workdir=RUN`: a local web page over trained runs.
 
     python -m attnlab.explore --workdir=runs/demo        # prints http://127.0.0.1:8000/
-    python -m attnlab.explore --workdir=runs/bahdanau --workdir=runs/luong --port=0
+    python -m attnlab.explore --workdir=runs/rev --workdir=runs/demo --port=0
 
 Type an input (or pick one of the first run's eval examples): every run answers it side by
 side with its n-best outputs and scores and an interactive heatmap of the chosen output's
