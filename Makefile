@@ -56,7 +56,7 @@ test: $(TEST_STAMP)
 	$(PY) -m pytest -q -rs -x -n $(TEST_WORKERS) --durations=15
 
 # The inner loop: every test but those marked slow (over ~3 s each: trainings, subprocesses,
-# compiles), about 2 minutes on 2 cores. The real parts (browser, Bible modules, PyTorch) stay.
+# compiles; README.md says how long). The real parts (browser, Bible modules, PyTorch) stay.
 check: $(TEST_STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q -rs -x -n $(TEST_WORKERS) -m 'not slow'
