@@ -1,5 +1,5 @@
-"""Where a run's numbers come from: the attnlab commit (and whether the checkout had changes),
-the versions of the libraries that compute them, the Python and the devices.
+"""Where a run's numbers come from: the attnlab commit (and whether its checkout's code had
+changes), the versions of the libraries that compute them, the Python and the devices.
 
 Each process run of a training appends one record to WORKDIR/provenance.jsonl (a resumed run
 adds one, so a run continued on another machine or commit says so); evaluation adds sacrebleu's
@@ -19,17 +19,21 @@ from collections.abc import Sequence
 LIBRARIES = ('jax', 'jaxlib', 'flax', 'optax', 'orbax-checkpoint', 'numpy', 'grain',
              'tensorflow-datasets', 'sacrebleu')
 _CHECKOUT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# Tracked folders that runs write, not code: a sweep run with --archive=results/NAME rewrites its
+# tracked sweep.json and report, which must not mark the next trial's commit as changed.
+OUTPUT_FOLDERS = ('results',)
 
 
 def git_state(folder: str = _CHECKOUT) -> dict:
-  """{'commit': sha, 'dirty': changes to tracked files} of the checkout attnlab runs from; {}
-  where it is not one (an installed wheel) or git is missing."""
+  """{'commit': sha, 'dirty': changes to tracked files outside OUTPUT_FOLDERS} of the checkout
+  attnlab runs from; {} where it is not one (an installed wheel) or git is missing."""
   def git(*args: str) -> str:
     return subprocess.run(['git', '-C', folder, *args], capture_output=True, text=True,
                           check=True, timeout=10).stdout.strip()
   try:
     commit = git('rev-parse', 'HEAD')
-    dirty = bool(git('status', '--porcelain', '--untracked-files=no'))
+    outputs = [f':(exclude){name}' for name in OUTPUT_FOLDERS]
+    dirty = bool(git('status', '--porcelain', '--untracked-files=no', '--', '.', *outputs))
   except (OSError, subprocess.SubprocessError):
     return {}
   return {'commit': commit, 'dirty': dirty}
