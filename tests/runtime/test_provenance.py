@@ -17,14 +17,14 @@ from attnlab.runtime import provenance
 
 def test_git_state_names_the_commit_and_changes_to_tracked_code(tmp_path):
   def git(*args):
-    subprocess.run(['git', '-C', str(tmp_path), *args], check=True, capture_output=True)
+    return subprocess.run(['git', '-C', str(tmp_path), *args], check=True, capture_output=True,
+                          text=True).stdout.strip()
 
   git('init', '-q')
   (tmp_path / 'a.txt').write_text('one\n')
   git('add', 'a.txt')
   git('-c', 'user.name=t', '-c', 'user.email=t@t', 'commit', '-qm', 'first')
-  head = subprocess.run(['git', '-C', str(tmp_path), 'rev-parse', 'HEAD'], check=True,
-                        capture_output=True, text=True).stdout.strip()
+  head = git('rev-parse', 'HEAD')
   assert provenance.git_state(str(tmp_path)) == {'commit': head, 'dirty': False}
   (tmp_path / 'new.txt').write_text('untracked files do not count\n')
   assert provenance.git_state(str(tmp_path))['dirty'] is False
@@ -32,8 +32,7 @@ def test_git_state_names_the_commit_and_changes_to_tracked_code(tmp_path):
   (tmp_path / 'results' / 'sweep.json').write_text('{}\n')
   git('add', 'results/sweep.json')
   git('-c', 'user.name=t', '-c', 'user.email=t@t', 'commit', '-qm', 'an archive')
-  head = subprocess.run(['git', '-C', str(tmp_path), 'rev-parse', 'HEAD'], check=True,
-                        capture_output=True, text=True).stdout.strip()
+  head = git('rev-parse', 'HEAD')
   (tmp_path / 'results' / 'sweep.json').write_text('{"trials": []}\n')
   assert provenance.git_state(str(tmp_path)) == {'commit': head, 'dirty': False}  # runs' output
   (tmp_path / 'a.txt').write_text('two\n')
