@@ -16,7 +16,8 @@ converge is marked and named under its table.
 Significance, each variant against the best one of its group and each pair of variants that
 differ in one setting alone, the others held (reporting/effects.py): across seeds, Welch's
 t-test on the trials' test metric (reporting/seed_tests.py), Holm-corrected over the report's
-family (reporting/comparisons.py), whose adjusted p gives the finding; and over test examples
+family, every pair of a group's variants (reporting/comparisons.py, which prints the pairs the
+tables leave out), whose adjusted p gives the finding; and over test examples
 (test-set noise, reporting/stats.py), a paired bootstrap of per-example exact-match
 correctness, read from each trial's predictions_test.jsonl ({"index": i, "correct": true} per
 line), or of corpus BLEU of its "hypothesis" and "references" where the group is ranked by
@@ -174,9 +175,10 @@ def family_lines(size: int) -> list[str]:
     "variant's mean minus the best's in the table's metric, with a 95% interval and two-sided "
     "p from Welch's t-test over all finished seeds of each (Welch–Satterthwaite degrees of "
     "freedom; '–' with one seed on a side). Holm p: p corrected by Holm's step-down method over "
-    "this report's family, every test across seeds it prints: each variant against its "
-    "group's best and each pair of the one-setting-at-a-time tables, a pair printed in both "
-    f"counted once ({size} test(s)). Finding: 'beyond seeds' where the Holm p is at most "
+    "this report's family, every pair of variants of a group with two or more finished seeds "
+    f"on each side ({size} test(s)), whichever variant came out best: a group's tables print "
+    "its variants against the best, the one-setting-at-a-time pairs, then the family's other "
+    "pairs. Finding: 'beyond seeds' where the Holm p is at most "
     f"{ALPHA:g}, else 'not shown'; '(still improving)' where a trial of either variant was "
     'still improving (Convergence below), so the gap may measure learning speed.',
     '',
@@ -225,6 +227,7 @@ def markdown(
       lines += ['', 'Variants: ' + '; '.join(f'{v.label}: `{v.settings}`' for v in named) + '.']
     lines += marginal_table(variants, ranked_by)
     lines += effects.pairs_table(variants, ranked_by, best, adjusted[group])
+    lines += comparisons.rest_table(variants, ranked_by, best, adjusted[group])
     flag = convergence.flag_line([(v.label, v.verdicts()) for v in variants])
     if flag:
       lines += ['', flag]

@@ -60,35 +60,53 @@ def test_the_table_tests_each_finished_pair_second_minus_first():
   variants = _grid()
   best = stats.rank(variants, 'wer')
   assert best.label == 'dot,bahdanau'
-  # The family: the best against general, concat (x bahdanau) and dot x luong (general x luong
-  # is not run, none has one seed), and general -> concat, the one pair without the best.
+  # The family: every pair of the 4 variants with two seeds (general x luong is not run, none
+  # has one seed), 6 pairs, whichever came out best.
   adjusted = comparisons.family({'configs/g2p.py': variants}, 'wer')['configs/g2p.py']
-  assert len(adjusted) == 4
+  assert len(adjusted) == 6
   lines = effects.pairs_table(variants, 'wer', best, adjusted)
   # Across seeds, WER of the second minus the first. Two seeds of equal spread (std 0.014) on
   # both sides: se = sqrt(0.0002 / 2 + 0.0002 / 2) = 0.01414, df = 2, where
   # p = 1 - t / sqrt(t^2 + 2) and t_0.975 = 4.3027: dot -> general t = 0.707, p = 0.553,
   # 0.010 ± 0.061; dot -> concat t = 28.28, p = 0.00125; general -> concat t = 27.58,
-  # p = 0.00131. dot x luong (std 0.071): se = sqrt(0.0001 + 0.0025), df = 1.08, p = 0.207
-  # (scipy.stats.ttest_ind, equal_var=False). Holm over the 4: 0.00125 x 4 = 0.005,
-  # 0.00131 x 3 = 0.0039 -> 0.005, 0.207 x 2 = 0.414, 0.553 x 1.
+  # p = 0.00131. Against dot x luong (std 0.071): se = sqrt(0.0001 + 0.0025) = 0.0510,
+  # df = 1.08, dot x bahdanau t = 2.746, p = 0.207; general t = 2.550, p = 0.223; concat
+  # t = -5.099, p = 0.110 (scipy.stats.ttest_ind, equal_var=False). Holm over the 6, ascending:
+  # 0.00125 x 6 = 0.0075, 0.00131 x 5 = 0.0066 -> 0.0075, 0.110 x 4 = 0.440, 0.207 x 3 = 0.622,
+  # 0.223 x 2 = 0.446 -> 0.622, 0.553 x 1 -> 0.622.
   # Over test examples, exact-match accuracy of the second minus the first: all right against
   # all wrong is -1 on every example, so the interval is [-1, -1] and no resample reaches 0.
   assert lines[5:] == [
     '| score | timing=bahdanau | dot → general | 0.110 ± 0.014 → 0.120 ± 0.014 | – → – | '
-    '+0.010 [-0.051, +0.071] | 0.553 | 0.553 | not shown | +0.000 [+0.000, +0.000] | 1.000 |',
+    '+0.010 [-0.051, +0.071] | 0.553 | 0.622 | not shown | +0.000 [+0.000, +0.000] | 1.000 |',
     '| score | timing=bahdanau | dot → concat | 0.110 ± 0.014 → 0.510 ± 0.014 | – → – | '
-    '+0.400 [+0.339, +0.461] | 0.001 | 0.005 | beyond seeds | -1.000 [-1.000, -1.000] | '
+    '+0.400 [+0.339, +0.461] | 0.001 | 0.007 | beyond seeds | -1.000 [-1.000, -1.000] | '
     '< 0.001 |',
     '| score | timing=bahdanau | general → concat | 0.120 ± 0.014 → 0.510 ± 0.014 | – → – | '
-    '+0.390 [+0.329, +0.451] | 0.001 | 0.005 | beyond seeds | -1.000 [-1.000, -1.000] | '
+    '+0.390 [+0.329, +0.451] | 0.001 | 0.007 | beyond seeds | -1.000 [-1.000, -1.000] | '
     '< 0.001 |',
     '| timing | score=dot | bahdanau → luong | 0.110 ± 0.014 → 0.250 ± 0.071 | – → – | '
-    '+0.140 [-0.405, +0.685] | 0.207 | 0.414 | not shown | -1.000 [-1.000, -1.000] | < 0.001 |',
+    '+0.140 [-0.405, +0.685] | 0.207 | 0.622 | not shown | -1.000 [-1.000, -1.000] | < 0.001 |',
     '',
     '2 more pair(s) wait for a variant with no finished trial.',
   ]
   assert lines[4] == '|' + '---|' * 11 and 'test wer' in lines[1]
+  # The family's pairs that neither the main table (against dot x bahdanau) nor the one-setting
+  # table prints: general and concat (x bahdanau) against dot x luong, each ± t_0.975(1.08)
+  # x 0.0510 = 0.545.
+  assert comparisons.rest_table(variants, 'wer', best, adjusted)[3:] == [
+    '| first → second | wer | Δ [95% CI] | p | Holm p | finding |',
+    '|---|---|---|---|---|---|',
+    '| general,bahdanau → dot,luong | 0.120 ± 0.014 → 0.250 ± 0.071 | +0.130 [-0.415, +0.675] '
+    '| 0.223 | 0.622 | not shown |',
+    '| concat,bahdanau → dot,luong | 0.510 ± 0.014 → 0.250 ± 0.071 | -0.260 [-0.805, +0.285] '
+    '| 0.110 | 0.440 | not shown |',
+  ]
+  # With concat x bahdanau the reference, the main table holds concat -> dot x luong, so only
+  # general -> dot x luong is left; the family and its Holm p stay as they are.
+  assert [line.split(' | ')[0] for line in
+          comparisons.rest_table(variants, 'wer', variants[2], adjusted)[5:]] == [
+    '| general,bahdanau → dot,luong']
 
 
 def test_no_table_when_the_main_table_already_holds_every_pair():

@@ -25,10 +25,11 @@ Across seeds (the unit of evidence: one test metric per trained model): Δ vs be
 variant's mean minus the best's in the table's metric, with a 95% interval and two-sided p from \
 Welch's t-test over all finished seeds of each (Welch–Satterthwaite degrees of freedom; '–' with \
 one seed on a side). Holm p: p corrected by Holm's step-down method over this report's family, \
-every test across seeds it prints: each variant against its group's best and each pair of the \
-one-setting-at-a-time tables, a pair printed in both counted once (1 test(s)). Finding: 'beyond \
-seeds' where the Holm p is at most 0.05, else 'not shown'; '(still improving)' where a trial of \
-either variant was still improving (Convergence below), so the gap may measure learning speed.
+every pair of variants of a group with two or more finished seeds on each side (1 test(s)), \
+whichever variant came out best: a group's tables print its variants against the best, the \
+one-setting-at-a-time pairs, then the family's other pairs. Finding: 'beyond seeds' where the \
+Holm p is at most 0.05, else 'not shown'; '(still improving)' where a trial of either variant \
+was still improving (Convergence below), so the gap may measure learning speed.
 
 Test examples (test-set noise: the same models on other test examples, not training variance): \
 Δ is exact-match accuracy minus the best variant's (on G2P 1 - WER, so a negative Δ is that many \
