@@ -41,7 +41,7 @@ def family(groups: dict[str, list[Variant]], metric: str) -> dict[str, dict[froz
   return out
 
 
-def printed(variants: list[Variant], best) -> set[frozenset[str]]:
+def _printed(variants: list[Variant], best) -> set[frozenset[str]]:
   """The pairs the group's main and one-setting-at-a-time tables test."""
   main = {_labels(best, v) for v in variants if best is not None and v is not best}
   return main | {_labels(p.first, p.second) for p in effects.tested_pairs(variants, best)}
@@ -52,7 +52,7 @@ def rest_table(
 ) -> list[str]:
   """Markdown lines: the family's pairs of this group that no other table prints, second minus
   first in the experiment's order, across seeds. Empty when there is none."""
-  shown = printed(variants, best)
+  shown = _printed(variants, best)
   rest = [
     (a, b) for a, b in itertools.combinations(variants, 2)
     if _labels(a, b) in adjusted and _labels(a, b) not in shown
